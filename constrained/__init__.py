@@ -1,0 +1,5 @@
+"""`parley.constrained`: grammar specs compiled to token-mask matchers."""
+
+from parley.constrained.errors import ConstrainedError
+
+__all__ = ["ConstrainedError"]

@@ -1,0 +1,33 @@
+"""Errors of `parley.local_engine`."""
+
+from __future__ import annotations
+
+from parley._root import ParleyError
+
+
+class EngineError(ParleyError):
+    """Base class of local-engine errors."""
+
+
+class ModelNotFoundError(EngineError):
+    """The model (or the embedded SmolLM2) could not be found locally."""
+
+
+class ModelLoadError(EngineError):
+    """Model files exist but could not be loaded (corrupt, unsupported architecture...)."""
+
+
+class InvalidRequestError(EngineError):
+    """A request's prompt or sampling parameters are invalid."""
+
+
+class AdmissionError(EngineError):
+    """The engine refused a request at arrival (queue full, deadline cannot be met)."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RequestAborted(EngineError):
+    """The request was cancelled or dropped past its deadline."""

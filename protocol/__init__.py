@@ -1,0 +1,63 @@
+"""`parley.protocol`: envelopes, streaming events and codecs. Imports nothing else of parley."""
+
+from parley.protocol.envelope import (
+    CacheMark,
+    Channel,
+    Conversation,
+    Message,
+    Part,
+    ReasoningPart,
+    Role,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+from parley.protocol.errors import (
+    DecodeError,
+    InvalidArgumentsError,
+    OrphanToolResultError,
+    ParseError,
+    ProtocolError,
+    UnknownRoleError,
+)
+from parley.protocol.events import (
+    ErrorEvent,
+    Event,
+    MessageEnd,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    UsageEvent,
+)
+from parley.protocol.usage import Usage
+
+__all__ = [
+    "CacheMark",
+    "Channel",
+    "Conversation",
+    "DecodeError",
+    "ErrorEvent",
+    "Event",
+    "InvalidArgumentsError",
+    "Message",
+    "MessageEnd",
+    "OrphanToolResultError",
+    "ParseError",
+    "Part",
+    "ProtocolError",
+    "ReasoningDelta",
+    "ReasoningPart",
+    "Role",
+    "TextDelta",
+    "TextPart",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "ToolResult",
+    "UnknownRoleError",
+    "Usage",
+    "UsageEvent",
+]

@@ -1,0 +1,76 @@
+"""Streaming events shared by every backend and codec stream parser.
+
+A stream is a sequence of these, discriminated by `kind`. Stream parsers never raise mid-stream:
+malformed input becomes an `ErrorEvent`, the partial message is flushed, and parsing goes on.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from parley.protocol.envelope import Message, ToolCall
+from parley.protocol.usage import Usage
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TextDelta(_Event):
+    kind: Literal["text_delta"] = "text_delta"
+    text: str
+    channel: str | None = None
+
+
+class ReasoningDelta(_Event):
+    kind: Literal["reasoning_delta"] = "reasoning_delta"
+    text: str
+    signature: str | None = None
+
+
+class ToolCallStart(_Event):
+    kind: Literal["tool_call_start"] = "tool_call_start"
+    index: int
+    id: str
+    name: str
+
+
+class ToolCallDelta(_Event):
+    """A fragment of a tool call's JSON arguments."""
+
+    kind: Literal["tool_call_delta"] = "tool_call_delta"
+    index: int
+    arguments_delta: str
+
+
+class ToolCallEnd(_Event):
+    kind: Literal["tool_call_end"] = "tool_call_end"
+    index: int
+    call: ToolCall
+
+
+class MessageEnd(_Event):
+    kind: Literal["message_end"] = "message_end"
+    message: Message
+    finish_reason: str | None = None
+
+
+class UsageEvent(_Event):
+    kind: Literal["usage"] = "usage"
+    usage: Usage
+
+
+class ErrorEvent(_Event):
+    """Something went wrong in the stream; `code` is machine-readable."""
+
+    kind: Literal["error"] = "error"
+    code: str
+    message: str
+
+
+Event = Annotated[
+    TextDelta | ReasoningDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | UsageEvent | ErrorEvent,
+    Field(discriminator="kind"),
+]

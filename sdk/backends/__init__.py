@@ -1,0 +1,3 @@
+"""Backends: local engine, hosted providers, scripted test doubles."""
+
+__all__: list[str] = []

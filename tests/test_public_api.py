@@ -1,0 +1,49 @@
+"""Each package's `__init__` exports a curated, sorted `__all__` that names real objects."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PACKAGES = [
+    "parley",
+    "parley.backends",
+    "parley.constrained",
+    "parley.errors",
+    "parley.local_engine",
+    "parley.protocol",
+    "parley.sandbox",
+    "parley.tools",
+]
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_all_is_sorted_unique_and_resolves(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = list(module.__all__)
+    assert exported == sorted(exported), f"{name}.__all__ is not sorted"
+    assert len(exported) == len(set(exported)), f"{name}.__all__ has duplicates"
+    for attr in exported:
+        assert hasattr(module, attr), f"{name}.__all__ names {attr!r} which does not exist"
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_all_is_complete(name: str) -> None:
+    module = importlib.import_module(name)
+    public = {
+        attr
+        for attr, value in vars(module).items()
+        if not attr.startswith("_")
+        and not isinstance(value, type(importlib))  # submodules are reachable, not exported
+        and attr not in {"annotations"}
+    }
+    missing = sorted(public - set(module.__all__))
+    assert not missing, f"{name} defines public names missing from __all__: {missing}"
+
+
+def test_every_error_derives_from_the_root() -> None:
+    import parley.errors as errors
+
+    for attr in errors.__all__:
+        assert issubclass(getattr(errors, attr), errors.ParleyError), attr
