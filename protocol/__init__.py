@@ -31,6 +31,7 @@ from parley.protocol.events import (
     ToolCallStart,
     UsageEvent,
 )
+from parley.protocol.tool_spec import ToolSpec
 from parley.protocol.usage import Usage
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "ToolCallEnd",
     "ToolCallStart",
     "ToolResult",
+    "ToolSpec",
     "UnknownRoleError",
     "Usage",
     "UsageEvent",

@@ -5,14 +5,19 @@
 """
 
 from parley._root import ParleyError
-from parley.protocol import Conversation, Message, Role, ToolCall, ToolResult, Usage
+from parley.caching import CachePolicy
+from parley.protocol import Conversation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
+from parley.reasoning import Reasoning
 
 __all__ = [
+    "CachePolicy",
     "Conversation",
     "Message",
     "ParleyError",
+    "Reasoning",
     "Role",
     "ToolCall",
     "ToolResult",
+    "ToolSpec",
     "Usage",
 ]

@@ -5,6 +5,7 @@ in its `errors` module (so the low layers import nothing of the SDK) and this mo
 them all::
 
     ParleyError                         parley._root
+    ├── ConfigurationError              parley.errors (a setting the user passed is invalid)
     ├── ProtocolError                   parley.protocol.errors
     │   ├── UnknownRoleError
     │   ├── OrphanToolResultError
@@ -48,8 +49,14 @@ from parley.protocol.errors import (
 from parley.sandbox.errors import SandboxError
 from parley.tools.errors import ToolError
 
+
+class ConfigurationError(ParleyError):
+    """A setting passed to parley (Agent, Reasoning, CachePolicy, a backend) is invalid."""
+
+
 __all__ = [
     "AdmissionError",
+    "ConfigurationError",
     "ConstrainedError",
     "DecodeError",
     "EngineError",

@@ -1,3 +1,21 @@
 """Backends: local engine, hosted providers, scripted test doubles."""
 
-__all__: list[str] = []
+from parley.backends.base import (
+    Backend,
+    BackendCapabilities,
+    ModelRequest,
+    ModelResponse,
+    NamedToolChoice,
+    SamplingSettings,
+    ToolChoice,
+)
+
+__all__ = [
+    "Backend",
+    "BackendCapabilities",
+    "ModelRequest",
+    "ModelResponse",
+    "NamedToolChoice",
+    "SamplingSettings",
+    "ToolChoice",
+]

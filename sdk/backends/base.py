@@ -1,0 +1,84 @@
+"""The `Backend` protocol: what the agent loop needs from any model, local or hosted.
+
+A backend turns a `ModelRequest` (conversation + tools + tool choice + output schema + reasoning
++ cache policy + tenant + sampling) into assistant messages and a normalised `Usage`, either at
+once (`generate`) or as a stream of `parley.protocol` events (`stream`), whose last events are
+one `MessageEnd` per produced message followed by one `UsageEvent`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from parley.caching import CachePolicy
+from parley.protocol import Conversation, Event, Message, ToolSpec, Usage
+from parley.reasoning import Reasoning
+
+
+@dataclass(frozen=True, slots=True)
+class NamedToolChoice:
+    """Force a call to this tool."""
+
+    name: str
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingSettings:
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(kw_only=True)
+class ModelRequest:
+    conversation: Conversation
+    tools: list[ToolSpec] = field(default_factory=list)
+    tool_choice: ToolChoice = "auto"
+    output_schema: dict[str, Any] | None = None
+    """JSON Schema the final answer must match (constrained locally, native mode when hosted)."""
+    reasoning: Reasoning | None = None
+    cache: CachePolicy | None = None
+    tenant: str | None = None
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+
+
+@dataclass(kw_only=True)
+class ModelResponse:
+    messages: list[Message]
+    """Assistant messages produced by this turn (reasoning, text and tool calls)."""
+    usage: Usage
+    finish_reason: str = "stop"
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendCapabilities:
+    tools: bool = True
+    structured_output: bool = True
+    reasoning: bool = False
+    streaming: bool = True
+    prompt_cache: bool = False
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Anything the `Agent` can run on."""
+
+    @property
+    def name(self) -> str:
+        """Identity recorded in a RunState (e.g. ``local:smollm2-135m``, ``anthropic:claude-...``)."""
+        ...
+
+    @property
+    def capabilities(self) -> BackendCapabilities: ...
+
+    async def generate(self, request: ModelRequest) -> ModelResponse: ...
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[Event]: ...
