@@ -14,6 +14,7 @@ PACKAGES = [
     "parley.local_engine",
     "parley.protocol",
     "parley.sandbox",
+    "parley.server",
     "parley.tools",
 ]
 
