@@ -8,7 +8,7 @@ STAMP := $(VENV)/.parley-installed
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --upgrade pip "setuptools>=77" wheel
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	# torch first, pinned: a looser spec lets pip pull a multi-GB CUDA build.
