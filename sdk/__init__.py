@@ -5,19 +5,32 @@
 """
 
 from parley._root import ParleyError
+from parley.agent import Agent
 from parley.caching import CachePolicy
 from parley.protocol import Conversation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
 from parley.reasoning import Reasoning
+from parley.result import RunResult
+from parley.run_state import Interruption, RunState
+from parley.tools import Tool, ToolContext, tool
+from parley.usage_limits import UsageLimits
 
 __all__ = [
+    "Agent",
     "CachePolicy",
     "Conversation",
+    "Interruption",
     "Message",
     "ParleyError",
     "Reasoning",
     "Role",
+    "RunResult",
+    "RunState",
+    "Tool",
     "ToolCall",
+    "ToolContext",
     "ToolResult",
     "ToolSpec",
     "Usage",
+    "UsageLimits",
+    "tool",
 ]

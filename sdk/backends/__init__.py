@@ -9,13 +9,17 @@ from parley.backends.base import (
     SamplingSettings,
     ToolChoice,
 )
+from parley.backends.scripted import FunctionBackend, ScriptedBackend, ScriptedTurn
 
 __all__ = [
     "Backend",
     "BackendCapabilities",
+    "FunctionBackend",
     "ModelRequest",
     "ModelResponse",
     "NamedToolChoice",
     "SamplingSettings",
+    "ScriptedBackend",
+    "ScriptedTurn",
     "ToolChoice",
 ]

@@ -1,0 +1,69 @@
+"""The tool phase of a run: execute a batch's runnable calls in parallel, durably.
+
+Before any call starts, the state marks the calls as *started* and is checkpointed; each result is
+recorded in the state (and checkpointed) the moment it arrives, before the next model call. A
+process that dies mid-batch therefore resumes with exactly the unrecorded calls left: recorded
+calls are never re-executed, in-flight ones re-run with the same call id (their idempotency key,
+available to the tool as `ToolContext.call_id`).
+
+Execution itself (argument validation, timeouts, retries of idempotent tools, result formatting,
+errors turned into error results for the model) is `parley.tools.ToolExecutor`'s job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from parley.protocol import ToolCall, ToolResult
+from parley.run_state import RunState
+from parley.tools import Tool, ToolContext, ToolExecutor
+
+Checkpoint = Callable[[], Awaitable[None]]
+
+
+class ToolRunner:
+    """The agent's tools, by name, and the executor that runs them."""
+
+    def __init__(self, tools: Sequence[Tool]) -> None:
+        self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.executor = ToolExecutor(list(tools))
+
+    async def run_batch(
+        self,
+        state: RunState,
+        calls: list[tuple[ToolCall, str]],
+        context: ToolContext,
+        checkpoint: Checkpoint | None,
+        on_result: Callable[[ToolResult], Awaitable[None]] | None = None,
+    ) -> None:
+        if not calls:
+            return
+        started = set(state.started)
+        state.started = [*state.started, *(c.id for c, _ in calls if c.id not in started)]
+        if checkpoint is not None:
+            await checkpoint()
+
+        async def one(call: ToolCall, arguments: str) -> None:
+            target = call if arguments == call.arguments else call.model_copy(update={"arguments": arguments})
+            results = await self.executor.execute([target], context=context)
+            result = results[0]
+            state.records[call.id] = result
+            state.started = [c for c in state.started if c != call.id]
+            if checkpoint is not None:
+                await checkpoint()
+            if on_result is not None:
+                await on_result(result)
+
+        if len(calls) == 1:
+            await one(*calls[0])
+        else:
+            await asyncio.gather(*(one(call, arguments) for call, arguments in calls))
+
+
+def tool_objects(tools: Sequence[Any]) -> list[Tool]:
+    """Accept `Tool`s or plain functions (wrapped with the default options)."""
+    from parley.tools import tool as make_tool
+
+    return [t if isinstance(t, Tool) else make_tool(t) for t in tools]

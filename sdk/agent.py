@@ -1,0 +1,244 @@
+"""`Agent`: instructions, tools and an output type over any backend.
+
+    agent = Agent(backend, instructions="Be brief.", tools=[lookup, send_email], output_type=Answer)
+    result = await agent.run("Email Ada the Oslo forecast")
+    if result.paused:                                   # send_email needs approval
+        state = result.state
+        state.approve(result.interruptions[0].call_id)
+        result = await agent.run(state=RunState.from_json(state.to_json()))
+    print(result.output, result.usage)
+
+One loop serves every backend (local, hosted, scripted). A run pauses instead of running a tool
+that needs approval or an outside result; the `RunState` it returns is plain versioned JSON, so the
+decision can be taken later, elsewhere, and the run resumed in another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Generic, TypeVar, overload
+
+from parley._run_history import normalise_history, recorded_for
+from parley._run_loop import CheckpointFn, RunLoop
+from parley._run_tools import ToolRunner, tool_objects
+from parley.backends.base import Backend, SamplingSettings, ToolChoice
+from parley.caching import CachePolicy
+from parley.errors import ConfigurationError
+from parley.output import OutputSpec
+from parley.protocol import Conversation, Event, Message, Role
+from parley.reasoning import Reasoning
+from parley.result import RunResult
+from parley.run_state import RunState
+from parley.usage_limits import UsageLimits
+
+OutputT = TypeVar("OutputT")
+
+AgentInput = str | Message | Sequence[Message] | Conversation | None
+"""A user prompt, one message, or a whole history (repaired for tool-call adjacency)."""
+
+
+class Agent(Generic[OutputT]):
+    """An agent: a backend plus instructions, tools and an output type.
+
+    `output_type` is `str` (default), a pydantic model class or a JSON Schema dict. `max_turns`
+    caps model requests for the whole run (resumes included); `usage_limits` caps requests,
+    tokens, tool calls and cost; `output_retries` bounds the repair loop for structured answers.
+    """
+
+    @overload
+    def __init__(
+        self: Agent[str],
+        backend: Backend,
+        *,
+        instructions: str | None = None,
+        tools: Sequence[Any] = (),
+        output_type: None = None,
+        reasoning: Reasoning | None = None,
+        cache: CachePolicy | None = None,
+        max_turns: int = 20,
+        name: str | None = None,
+        usage_limits: UsageLimits | None = None,
+        output_retries: int = 2,
+        tool_choice: ToolChoice = "auto",
+        sampling: SamplingSettings | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Agent[OutputT],
+        backend: Backend,
+        *,
+        instructions: str | None = None,
+        tools: Sequence[Any] = (),
+        output_type: type[OutputT] | dict[str, Any],
+        reasoning: Reasoning | None = None,
+        cache: CachePolicy | None = None,
+        max_turns: int = 20,
+        name: str | None = None,
+        usage_limits: UsageLimits | None = None,
+        output_retries: int = 2,
+        tool_choice: ToolChoice = "auto",
+        sampling: SamplingSettings | None = None,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        instructions: str | None = None,
+        tools: Sequence[Any] = (),
+        output_type: Any = None,
+        reasoning: Reasoning | None = None,
+        cache: CachePolicy | None = None,
+        max_turns: int = 20,
+        name: str | None = None,
+        usage_limits: UsageLimits | None = None,
+        output_retries: int = 2,
+        tool_choice: ToolChoice = "auto",
+        sampling: SamplingSettings | None = None,
+    ) -> None:
+        if not isinstance(backend, Backend):
+            raise ConfigurationError(f"backend must implement parley.backends.Backend, not {type(backend).__name__}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ConfigurationError(f"max_turns must be a positive int, not {max_turns!r}")
+        if isinstance(output_retries, bool) or not isinstance(output_retries, int) or output_retries < 0:
+            raise ConfigurationError(f"output_retries must be a non-negative int, not {output_retries!r}")
+        self.backend = backend
+        self.instructions = instructions
+        self.output_type = output_type
+        self.output_spec = OutputSpec.from_type(output_type)
+        self.reasoning = reasoning
+        self.cache = cache
+        self.max_turns = max_turns
+        self.name = name
+        self.usage_limits = usage_limits or UsageLimits()
+        self.output_retries = output_retries
+        self.tool_choice: ToolChoice = tool_choice
+        self.sampling = sampling or SamplingSettings()
+        self.tools = tool_objects(tools)
+        names = [t.name for t in self.tools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigurationError(f"two tools share the name(s) {duplicates}")
+        self.tool_runner = ToolRunner(self.tools)
+        self.tool_specs = [t.spec for t in self.tools]
+
+    def __repr__(self) -> str:
+        return f"Agent(name={self.name!r}, backend={self.backend.name!r}, tools={[t.name for t in self.tools]})"
+
+    # -- running ------------------------------------------------------------------------------------
+    async def run(
+        self,
+        input: AgentInput = None,
+        *,
+        state: RunState | None = None,
+        tenant: str | None = None,
+        checkpoint: CheckpointFn | None = None,
+        deps: Any = None,
+    ) -> RunResult[OutputT]:
+        """Run until a final answer or a pause. `checkpoint(state)` is called at every durable point.
+
+        With `state`, the run resumes where it paused (decisions taken on `state` apply); `input`
+        then adds a user message (after the open batch's results, never between a call and its
+        result). `deps` reaches tools as `ToolContext.deps`.
+        """
+        loop = RunLoop(self, self._start(input, state, tenant), checkpoint=checkpoint, emit=None, deps=deps)
+        result: RunResult[OutputT] = await loop.run()
+        return result
+
+    def run_sync(
+        self,
+        input: AgentInput = None,
+        *,
+        state: RunState | None = None,
+        tenant: str | None = None,
+        checkpoint: CheckpointFn | None = None,
+        deps: Any = None,
+    ) -> RunResult[OutputT]:
+        """`run` for code without an event loop."""
+        return asyncio.run(self.run(input, state=state, tenant=tenant, checkpoint=checkpoint, deps=deps))
+
+    async def run_stream(
+        self,
+        input: AgentInput = None,
+        *,
+        state: RunState | None = None,
+        tenant: str | None = None,
+        checkpoint: CheckpointFn | None = None,
+        deps: Any = None,
+    ) -> AsyncIterator[Event | RunResult[OutputT]]:
+        """Yield the run's events as they happen (model deltas, tool results as tool `MessageEnd`s),
+        then the `RunResult` as the last item."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        done = object()
+
+        async def emit(event: Any) -> None:
+            await queue.put(event)
+
+        loop = RunLoop(self, self._start(input, state, tenant), checkpoint=checkpoint, emit=emit, deps=deps)
+
+        async def drive() -> RunResult[Any]:
+            try:
+                return await loop.run()
+            finally:
+                await queue.put(done)
+
+        task = asyncio.ensure_future(drive())
+        try:
+            while True:
+                item = await queue.get()
+                if item is done:
+                    break
+                yield item
+            yield task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+
+    # -- state --------------------------------------------------------------------------------------
+    def _start(self, input: AgentInput, state: RunState | None, tenant: str | None) -> RunState:
+        new_messages = self._input_messages(input)
+        if state is None:
+            if not new_messages:
+                raise ConfigurationError("Agent.run needs an input or a state to resume")
+            messages, batch = normalise_history(new_messages)
+            run_state = RunState(
+                trace_id=uuid.uuid4().hex,
+                agent_name=self.name,
+                backend=self.backend.name,
+                tenant=tenant,
+                messages=messages,
+                batch=batch,
+            )
+            if batch:
+                run_state.records = recorded_for(batch, new_messages)
+            return run_state
+        if not isinstance(state, RunState):
+            raise ConfigurationError(f"state must be a RunState, not {type(state).__name__}")
+        if tenant is not None and state.tenant is not None and tenant != state.tenant:
+            raise ConfigurationError(f"this run state belongs to tenant {state.tenant!r}, not {tenant!r}")
+        if tenant is not None:
+            state.tenant = tenant
+        state.backend = self.backend.name
+        if new_messages:
+            if state.batch:
+                state.queued_input.extend(new_messages)
+            else:
+                state.messages.extend(new_messages)
+        return state
+
+    def _input_messages(self, input: AgentInput) -> list[Message]:
+        if input is None:
+            return []
+        if isinstance(input, str):
+            return [Message.user(input)]
+        if isinstance(input, Message):
+            return [input]
+        messages = list(input.messages if isinstance(input, Conversation) else input)
+        for message in messages:
+            if not isinstance(message, Message):
+                raise ConfigurationError(f"input messages must be parley Messages, not {type(message).__name__}")
+        # a history handed back from a previous result starts with our own instructions: drop them
+        return [m for m in messages if not (m.role is Role.SYSTEM and self.instructions and m.text == self.instructions)]

@@ -1,0 +1,224 @@
+"""`RunState`: everything needed to resume an agent run, as versioned JSON.
+
+A run pauses when a tool call needs a human (``needs_approval``) or an outside result
+(``deferred``). The state then holds the conversation so far, the open batch of tool calls, the
+results already recorded for that batch (by call id), the calls still pending, the decisions taken
+on them, usage so far, turn count, backend identity, tenant and trace id. Resolve pending calls
+with `approve` / `reject` / `provide_result` (partially if you like: unresolved calls pause the
+run again), serialise with `to_json`, and resume with ``agent.run(state=RunState.from_json(s))``
+in this or another process.
+
+Durability: the run loop records a tool's result here before the next model call, and marks a
+call as *started* before executing it. Resuming never re-executes a call whose result is recorded;
+a call that was started but not recorded (the process died mid-call) is re-run with the same call
+id, which tools receive in their `ToolContext` to use as an idempotency key.
+
+Compatibility policy
+--------------------
+* ``schema_version`` is ``"MAJOR.MINOR"``. This release writes `SCHEMA_VERSION` and reads every
+  version in `SUPPORTED_VERSIONS`; `SCHEMA_VERSION_SUMMARIES` says what each version changed.
+* A MINOR bump only adds fields, each with a default, so older states load unchanged.
+  A MAJOR bump changes meaning; older majors are read through an explicit migration in
+  `_MIGRATIONS` or refused.
+* A state whose version is unknown, newer than this release, or missing is refused with
+  `RunStateVersionError` (never guessed at: a newer writer may rely on fields we would drop).
+* Every released version keeps frozen fixtures in ``tests/fixtures/run_state/<version>/``, replayed
+  by a test; a version leaves `SUPPORTED_VERSIONS` only with a MAJOR release and a release note.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from parley.errors import ApprovalArgumentsError, RunStateError, RunStateVersionError, UnknownCallError
+from parley.protocol import Message, ToolCall, ToolResult, Usage
+
+SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION_SUMMARIES: dict[str, str] = {
+    "1.0": "First release: messages, open batch, recorded results, started calls, pending interruptions, "
+    "decisions, usage, turn and tool-call counts, backend, tenant, trace id, output.",
+}
+SUPPORTED_VERSIONS: tuple[str, ...] = tuple(SCHEMA_VERSION_SUMMARIES)
+_MIGRATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+"""version -> function turning a state dict of that version into the next supported one."""
+
+DEFAULT_REJECTION = "The user rejected this tool call."
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Interruption(_Model):
+    """A tool call the run is waiting on: ``approval`` (a human decides) or ``deferred`` (an outside result)."""
+
+    kind: Literal["approval", "deferred"]
+    call_id: str
+    tool_name: str
+    arguments: str
+    """The arguments as the model produced them (JSON text)."""
+    parameters: dict[str, Any] | None = None
+    """The tool's argument schema, so edited arguments can be checked at approval time."""
+
+    def parsed_arguments(self) -> Any:
+        return json.loads(self.arguments)
+
+
+class Approved(_Model):
+    kind: Literal["approved"] = "approved"
+    arguments: str | None = None
+    """Edited arguments (JSON text) to run instead of the model's, already schema-checked."""
+
+
+class Rejected(_Model):
+    kind: Literal["rejected"] = "rejected"
+    message: str = DEFAULT_REJECTION
+
+
+class Provided(_Model):
+    kind: Literal["provided"] = "provided"
+    value: Any = None
+    is_error: bool = False
+
+
+Decision = Annotated[Approved | Rejected | Provided, Field(discriminator="kind")]
+
+
+class RunState(_Model):
+    """A resumable snapshot of an agent run (see the module docstring for the compatibility policy)."""
+
+    schema_version: str = SCHEMA_VERSION
+    trace_id: str
+    agent_name: str | None = None
+    backend: str = ""
+    tenant: str | None = None
+    status: Literal["running", "paused", "complete"] = "running"
+    messages: list[Message] = Field(default_factory=list)
+    """The conversation without the agent's instructions (those come from the Agent on resume)."""
+    batch: list[ToolCall] = Field(default_factory=list)
+    """The open batch: the last assistant turn's tool calls, not yet answered in `messages`."""
+    records: dict[str, ToolResult] = Field(default_factory=dict)
+    """Results recorded for calls of the open batch, by call id."""
+    started: list[str] = Field(default_factory=list)
+    """Calls of the open batch whose execution began but whose result is not recorded yet."""
+    pending: list[Interruption] = Field(default_factory=list)
+    """Calls still waiting for a decision."""
+    decisions: dict[str, Decision] = Field(default_factory=dict)
+    queued_input: list[Message] = Field(default_factory=list)
+    """User messages given while a batch was open; appended once its results are in (adjacency)."""
+    turn: int = 0
+    """Model requests made by this run so far."""
+    tool_calls: int = 0
+    output_attempts: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    output: Any = None
+    """The final output as JSON (when `status` is ``complete``)."""
+
+    # -- resolving interruptions ------------------------------------------------------------------
+    def _take(self, call_id: str) -> Interruption:
+        for item in self.pending:
+            if item.call_id == call_id:
+                return item
+        known = ", ".join(repr(i.call_id) for i in self.pending) or "none"
+        raise UnknownCallError(f"call {call_id!r} is not pending in this run state (pending: {known})")
+
+    def _resolve(self, call_id: str, decision: Approved | Rejected | Provided) -> None:
+        self.pending = [i for i in self.pending if i.call_id != call_id]
+        self.decisions[call_id] = decision
+
+    def approve(self, call_id: str, *, arguments: dict[str, Any] | str | None = None) -> None:
+        """Let the call run, optionally with edited `arguments` (checked against the tool's schema now)."""
+        item = self._take(call_id)
+        if item.kind == "deferred":
+            raise UnknownCallError(f"call {call_id!r} ({item.tool_name}) is deferred: use provide_result, not approve")
+        edited: str | None = None
+        if arguments is not None:
+            value = _edited_arguments(call_id, arguments)
+            if item.parameters is not None:
+                _check_schema(call_id, item.tool_name, value, item.parameters)
+            edited = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        self._resolve(call_id, Approved(arguments=edited))
+
+    def reject(self, call_id: str, message: str = DEFAULT_REJECTION) -> None:
+        """Do not run the call; `message` reaches the model as the tool's error result."""
+        self._take(call_id)
+        self._resolve(call_id, Rejected(message=message))
+
+    def provide_result(self, call_id: str, value: Any, *, is_error: bool = False) -> None:
+        """Answer the call from outside (a deferred tool's result, or instead of running it)."""
+        self._take(call_id)
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise RunStateError(f"the result for call {call_id!r} must be JSON-serialisable: {exc}") from None
+        self._resolve(call_id, Provided(value=value, is_error=is_error))
+
+    # -- serialisation ---------------------------------------------------------------------------
+    def to_json(self, *, indent: int | None = None) -> str:
+        return self.model_dump_json(indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RunState:
+        """Load a state, refusing unknown or newer schema versions with `RunStateVersionError`."""
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise RunStateError(f"run state is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise RunStateError("run state JSON must be an object")
+        data = _migrate(data)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise RunStateError(f"run state (schema_version {data['schema_version']}) is malformed: {exc}") from None
+
+
+def _migrate(data: dict[str, Any]) -> dict[str, Any]:
+    version = data.get("schema_version")
+    if not isinstance(version, str):
+        raise RunStateVersionError(
+            f"run state has no schema_version string (got {version!r}); this parley reads {list(SUPPORTED_VERSIONS)}"
+        )
+    while version in _MIGRATIONS:
+        data = _MIGRATIONS[version](data)
+        version = data["schema_version"]
+    if version in SUPPORTED_VERSIONS:
+        return data
+    newer = _version_key(version) > _version_key(SCHEMA_VERSION)
+    why = "was written by a newer parley; upgrade parley to resume it" if newer else "is not a known version"
+    raise RunStateVersionError(
+        f"run state schema_version {version!r} {why} (this parley reads {', '.join(SUPPORTED_VERSIONS)})"
+    )
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in version.split("."))
+    except ValueError:
+        return (-1,)
+
+
+def _edited_arguments(call_id: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
+    value: Any = arguments
+    if isinstance(arguments, str):
+        try:
+            value = json.loads(arguments)
+        except ValueError as exc:
+            raise ApprovalArgumentsError(f"edited arguments for call {call_id!r} are not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ApprovalArgumentsError(f"edited arguments for call {call_id!r} must be a JSON object")
+    return value
+
+
+def _check_schema(call_id: str, tool_name: str, value: dict[str, Any], schema: dict[str, Any]) -> None:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    if errors:
+        detail = "; ".join(f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors[:5])
+        raise ApprovalArgumentsError(f"edited arguments for call {call_id!r} ({tool_name}) do not fit its schema: {detail}")
