@@ -1,5 +1,37 @@
-"""`parley.tools`: typed tools, argument validation, policies and the executor."""
+"""`parley.tools`: typed tools, argument validation, policies and the executor.
 
-from parley.tools.errors import ToolError
+`@tool` turns a typed function into a `Tool` (schema from type hints, descriptions from the
+docstring); `validate_arguments` checks a model's argument JSON strictly; `ToolExecutor` runs calls
+with timeouts, bounded retries for idempotent tools, at-most-once by call id, and parallelism.
+"""
 
-__all__ = ["ToolError"]
+from parley.tools.arguments import parse_arguments
+from parley.tools.context import ToolContext
+from parley.tools.docstrings import Docstring, parse_docstring
+from parley.tools.errors import (
+    RetryableToolError,
+    ToolArgumentError,
+    ToolDefinitionError,
+    ToolError,
+)
+from parley.tools.executor import ToolExecutor
+from parley.tools.policy import ApprovalPredicate, approval_required
+from parley.tools.tool import Tool, tool
+from parley.tools.validation import validate_arguments
+
+__all__ = [
+    "ApprovalPredicate",
+    "Docstring",
+    "RetryableToolError",
+    "Tool",
+    "ToolArgumentError",
+    "ToolContext",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolExecutor",
+    "approval_required",
+    "parse_arguments",
+    "parse_docstring",
+    "tool",
+    "validate_arguments",
+]
