@@ -16,6 +16,7 @@ from parley.tools.errors import (
 )
 from parley.tools.executor import ToolExecutor
 from parley.tools.policy import ApprovalPredicate, approval_required
+from parley.tools.python_tool import python_tool
 from parley.tools.tool import Tool, tool
 from parley.tools.validation import validate_arguments
 
@@ -32,6 +33,7 @@ __all__ = [
     "approval_required",
     "parse_arguments",
     "parse_docstring",
+    "python_tool",
     "tool",
     "validate_arguments",
 ]

@@ -137,7 +137,7 @@ def parse_arguments(
         )
     except _DuplicateKey as exc:
         raise ToolArgumentError(
-            f"arguments repeat the key {_short(exc.key)!r}; each key may appear once", code="duplicate_key", tool=tool
+            f"duplicate key {_short(exc.key)!r} in arguments; each key may appear once", code="duplicate_key", tool=tool
         ) from None
     except _NonFinite:
         raise ToolArgumentError(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -104,6 +105,18 @@ def _field(annotation: Any, default: Any, *, alias: str, description: str | None
     return typing.Annotated[annotation, extra], default
 
 
+def _definition_locals() -> dict[str, Any]:
+    """The local names where the tool is being defined (the first frame outside `parley.tools`).
+
+    With `from __future__ import annotations` every hint is a string; one naming a class defined in
+    the same function (common in tests and notebooks) resolves only against that function's locals.
+    """
+    frame = sys._getframe(1)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("parley.tools"):
+        frame = frame.f_back  # type: ignore[assignment]
+    return dict(frame.f_locals) if frame is not None else {}
+
+
 def build_argument_model(function: Callable[..., Any], *, name: str, docstring: Docstring) -> ArgumentModel:
     """Build the strict argument model of `function` (see the module docstring)."""
     try:
@@ -111,7 +124,10 @@ def build_argument_model(function: Callable[..., Any], *, name: str, docstring: 
     except (TypeError, ValueError) as exc:
         raise ToolDefinitionError(f"tool {name!r}: cannot read the signature of {function!r}: {exc}") from None
     try:
-        hints = typing.get_type_hints(function, include_extras=True)
+        try:
+            hints = typing.get_type_hints(function, include_extras=True)
+        except NameError:
+            hints = typing.get_type_hints(function, localns=_definition_locals(), include_extras=True)
     except Exception as exc:  # NameError for an unresolvable forward reference, among others
         raise ToolDefinitionError(
             f"tool {name!r}: cannot resolve the type hints of {getattr(function, '__qualname__', function)!r} "

@@ -30,7 +30,7 @@ from parley.protocol.tool_spec import ToolSpec
 from parley.tools.arguments import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, parse_arguments
 from parley.tools.context import ToolContext
 from parley.tools.docstrings import parse_docstring
-from parley.tools.errors import ToolDefinitionError
+from parley.tools.errors import ToolDefinitionError, ToolError
 from parley.tools.policy import NeedsApproval, approval_required, check_approval_option
 from parley.tools.schema import ArgumentModel, build_argument_model
 
@@ -183,12 +183,15 @@ class Tool:
         Async functions run on the loop; sync functions run in a daemon thread so they cannot block it.
         """
         args, kwargs = self.arguments.bind(arguments, context)
-        if self.is_async:
-            return await self.function(*args, **kwargs)
-        result = await run_in_daemon_thread(lambda: self.function(*args, **kwargs))
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        try:
+            if self.is_async:
+                return await self.function(*args, **kwargs)
+            result = await run_in_daemon_thread(lambda: self.function(*args, **kwargs))
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        except SystemExit as exc:  # inside a task it would escape the event loop and end the program
+            raise ToolError(f"the tool tried to exit the process (SystemExit {exc.code!r})") from None
 
 
 @overload
