@@ -1,5 +1,6 @@
 """`parley.protocol`: envelopes, streaming events and codecs. Imports nothing else of parley."""
 
+from parley.protocol.chat_template import ChatTemplateCodec
 from parley.protocol.envelope import (
     CacheMark,
     Channel,
@@ -37,6 +38,7 @@ from parley.protocol.usage import Usage
 __all__ = [
     "CacheMark",
     "Channel",
+    "ChatTemplateCodec",
     "Conversation",
     "DecodeError",
     "ErrorEvent",
