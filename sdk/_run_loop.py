@@ -121,7 +121,9 @@ class RunLoop:
             if on_result is not None:
                 for result in plan.answered.values():
                     await on_result(result)
-        await agent.tool_runner.run_batch(state, plan.run, self.context, self.checkpoint if self._user_checkpoint else None, on_result)
+        await agent.tool_runner.run_batch(
+            state, plan.run, self.context, self.checkpoint if self._user_checkpoint else None, on_result
+        )
         for call, _ in plan.run:
             state.decisions.pop(call.id, None)
         if plan.pause:

@@ -42,7 +42,9 @@ def plan_batch(state: RunState, tools: dict[str, Any]) -> BatchPlan:
             continue
         decision = state.decisions.get(call.id)
         if isinstance(decision, Rejected):
-            plan.answered[call.id] = ToolResult(call_id=call.id, name=call.name, content=decision.message, is_error=True)
+            plan.answered[call.id] = ToolResult(
+                call_id=call.id, name=call.name, content=decision.message, is_error=True
+            )
             continue
         if isinstance(decision, Provided):
             plan.answered[call.id] = ToolResult(

@@ -29,7 +29,9 @@ Compatibility policy
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -161,6 +163,20 @@ class RunState(_Model):
     def to_json(self, *, indent: int | None = None) -> str:
         return self.model_dump_json(indent=indent)
 
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the state to `path` atomically (temp file, fsync, rename): a crash leaves the old or the new state."""
+        target = Path(path)
+        temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write(self.to_json())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, target)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RunState:
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+
     @classmethod
     def from_json(cls, text: str | bytes) -> RunState:
         """Load a state, refusing unknown or newer schema versions with `RunStateVersionError`."""
@@ -221,4 +237,6 @@ def _check_schema(call_id: str, tool_name: str, value: dict[str, Any], schema: d
     errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
     if errors:
         detail = "; ".join(f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors[:5])
-        raise ApprovalArgumentsError(f"edited arguments for call {call_id!r} ({tool_name}) do not fit its schema: {detail}")
+        raise ApprovalArgumentsError(
+            f"edited arguments for call {call_id!r} ({tool_name}) do not fit its schema: {detail}"
+        )

@@ -36,7 +36,9 @@ class UsageLimits:
         if self.tool_calls_limit is not None and (
             isinstance(self.tool_calls_limit, bool) or not isinstance(self.tool_calls_limit, int)
         ):
-            raise ConfigurationError(f"UsageLimits.tool_calls_limit must be an int or None, not {self.tool_calls_limit!r}")
+            raise ConfigurationError(
+                f"UsageLimits.tool_calls_limit must be an int or None, not {self.tool_calls_limit!r}"
+            )
         if self.cost_limit is not None and not isinstance(self.cost_limit, (Decimal, int)):
             raise ConfigurationError("UsageLimits.cost_limit must be a Decimal (money is never a float)")
 
@@ -60,7 +62,10 @@ class UsageLimits:
                 raise UsageLimitExceeded(f"{name}={limit} exceeded ({value})", limit=name, value=value, usage=usage)
         if self.cost_limit is not None and usage.cost is not None and usage.cost > self.cost_limit:
             raise UsageLimitExceeded(
-                f"cost_limit={self.cost_limit} exceeded ({usage.cost})", limit="cost_limit", value=usage.cost, usage=usage
+                f"cost_limit={self.cost_limit} exceeded ({usage.cost})",
+                limit="cost_limit",
+                value=usage.cost,
+                usage=usage,
             )
 
     def check_tool_calls(self, tool_calls_so_far: int, usage: Usage) -> None:

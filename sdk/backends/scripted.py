@@ -160,7 +160,9 @@ def _as_response(turn: TurnLike, request: ModelRequest, model: str, where: str) 
             if ok is False:
                 raise ScriptMismatchError(f"{where}: the request did not match the expectation")
         return turn.to_response(request, model)
-    raise ScriptMismatchError(f"{where}: a turn must be a ScriptedTurn, ModelResponse or str, not {type(turn).__name__}")
+    raise ScriptMismatchError(
+        f"{where}: a turn must be a ScriptedTurn, ModelResponse or str, not {type(turn).__name__}"
+    )
 
 
 class ScriptedBackend(_TestBackend):
@@ -222,4 +224,3 @@ class FunctionBackend(_TestBackend):
         if inspect.isawaitable(turn):
             turn = await turn
         return _as_response(turn, request, self.name, f"function turn {self.calls}")
-
