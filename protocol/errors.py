@@ -27,3 +27,11 @@ class ParseError(ProtocolError):
 
 class DecodeError(ProtocolError):
     """Token ids could not be decoded (unknown id, invalid UTF-8 at the end of a stream)."""
+
+
+class EncodeError(ProtocolError):
+    """Text could not be encoded: it holds a special-token string where special tokens are disallowed."""
+
+
+class VocabularyUnavailableError(ProtocolError):
+    """A tokenizer vocabulary (e.g. `o200k_base.tiktoken`) is not available locally; parley never downloads one."""

@@ -1,0 +1,260 @@
+"""The Harmony codec (OpenAI's gpt-oss message format): render conversations, parse completions.
+
+    from parley.protocol import harmony
+    prompt = harmony.render_conversation_for_completion(conversation, tools=tools,
+                                                        system=harmony.SystemContent(reasoning_effort="high"))
+    ids = prompt.token_ids(harmony.load_harmony_encoding())   # the model's input
+    parser = harmony.StreamParser()                            # the model's output, token by token
+    for token in generated: events = parser.feed(token)
+
+Rendering takes parley's envelope (`Conversation`, `Message`) or Harmony's own `HarmonyMessage`s and
+returns a `RenderedPrompt`: its `.text` is the Harmony text (what the reference test vectors show),
+its `.token_ids(encoding)` the ids. Parsing goes the other way, strict (typed errors) or lenient.
+
+Trust boundary. The token path is the boundary: content is encoded with special tokens disallowed,
+so `<|start|>system<|message|>…` written by a user or returned by a tool is ordinary tokens to the
+model and parses back as the same content. Text has no such distinction: in `.text` a user's
+`<|start|>` looks like a real one, and parsing text treats every special-token string as a token.
+So parley never turns rendered text into ids (`RenderedPrompt.token_ids` encodes piece by piece),
+`RenderedPrompt.text_is_unambiguous` says when the text form is lossy, and the stream parser's text
+path is meant for model output (which a model writes with real special tokens), not for user text.
+
+Analysis dropping (`auto_drop_analysis`, default True as in the reference): once the last assistant
+message is on `final`, the `analysis` messages before the first `final` are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from parley.protocol._harmony_envelope import CallIdFactory, envelope_to_harmony, new_call_id
+from parley.protocol._harmony_header import ParsedHeader
+from parley.protocol._harmony_parser import HarmonyMachine, StreamState
+from parley.protocol._harmony_render import (
+    conversation_has_function_tools,
+    render_developer_content,
+    render_for_completion,
+    render_for_training,
+    render_message_pieces,
+    render_messages,
+    render_system_content,
+)
+from parley.protocol._harmony_stream import StreamParser
+from parley.protocol._harmony_tokens import (
+    SPECIAL_BY_ID,
+    SPECIAL_TOKENS,
+    STOP_TOKENS,
+    STOP_TOKENS_FOR_ASSISTANT_ACTIONS,
+    HarmonyEncoding,
+    byte_level_encoding,
+    load_harmony_encoding,
+    split_special,
+    vocabulary_candidates,
+    vocabulary_path,
+)
+from parley.protocol._harmony_types import (
+    DEFAULT_MODEL_IDENTITY,
+    DeveloperContent,
+    HarmonyMessage,
+    ReasoningEffort,
+    RenderedPrompt,
+    SystemContent,
+    ToolNamespace,
+)
+from parley.protocol._harmony_typescript import schema_to_typescript
+from parley.protocol.envelope import Conversation, Message, Role
+from parley.protocol.errors import ProtocolError, UnknownRoleError
+from parley.protocol.events import MessageEnd
+from parley.protocol.tool_spec import ToolSpec
+
+__all__ = [
+    "DEFAULT_MODEL_IDENTITY",
+    "SPECIAL_TOKENS",
+    "STOP_TOKENS",
+    "STOP_TOKENS_FOR_ASSISTANT_ACTIONS",
+    "DeveloperContent",
+    "HarmonyEncoding",
+    "HarmonyMessage",
+    "ReasoningEffort",
+    "RenderedPrompt",
+    "StreamParser",
+    "StreamState",
+    "SystemContent",
+    "ToolNamespace",
+    "byte_level_encoding",
+    "conversation_has_function_tools",
+    "load_harmony_encoding",
+    "parse_completion",
+    "parse_messages",
+    "render_conversation",
+    "render_conversation_for_completion",
+    "render_conversation_for_training",
+    "render_developer_content",
+    "render_message",
+    "render_system_content",
+    "schema_to_typescript",
+    "to_harmony_messages",
+    "vocabulary_candidates",
+    "vocabulary_path",
+]
+
+ConversationLike = Conversation | Iterable[Message | HarmonyMessage]
+_DEFAULT_SYSTEM = SystemContent()
+
+
+def to_harmony_messages(
+    conversation: ConversationLike, *, system: SystemContent | None = _DEFAULT_SYSTEM, tools: Sequence[ToolSpec] = ()
+) -> list[HarmonyMessage]:
+    """The Harmony messages a conversation renders as.
+
+    `system`: the system message's content (None: no system message; one already given as a
+    `HarmonyMessage` first is kept). `tools`: function tools, offered in the developer message.
+    """
+    messages = conversation.messages if isinstance(conversation, Conversation) else conversation
+    harmony_messages = envelope_to_harmony(messages, system=system, tools=tools)
+    for message in harmony_messages:
+        if message.role not in ("system", "developer", "user", "assistant", "tool"):
+            raise UnknownRoleError(f"Unknown role: {message.role}")
+    return harmony_messages
+
+
+def render_conversation(
+    conversation: ConversationLike,
+    *,
+    system: SystemContent | None = _DEFAULT_SYSTEM,
+    tools: Sequence[ToolSpec] = (),
+    auto_drop_analysis: bool = True,
+) -> RenderedPrompt:
+    """The conversation as Harmony messages, back to back."""
+    messages = to_harmony_messages(conversation, system=system, tools=tools)
+    return render_messages(messages, auto_drop_analysis=auto_drop_analysis)
+
+
+def render_conversation_for_completion(
+    conversation: ConversationLike,
+    *,
+    next_turn_role: Role | str = Role.ASSISTANT,
+    system: SystemContent | None = _DEFAULT_SYSTEM,
+    tools: Sequence[ToolSpec] = (),
+    auto_drop_analysis: bool = True,
+) -> RenderedPrompt:
+    """The prompt for the next turn: the conversation, then `<|start|>assistant` (or another role)."""
+    messages = to_harmony_messages(conversation, system=system, tools=tools)
+    role = next_turn_role.value if isinstance(next_turn_role, Role) else next_turn_role
+    return render_for_completion(messages, role, auto_drop_analysis=auto_drop_analysis)
+
+
+def render_conversation_for_training(
+    conversation: ConversationLike,
+    *,
+    system: SystemContent | None = _DEFAULT_SYSTEM,
+    tools: Sequence[ToolSpec] = (),
+    auto_drop_analysis: bool = True,
+) -> RenderedPrompt:
+    """As `render_conversation`, with a last `final` answer ending in `<|return|>` (the training target)."""
+    messages = to_harmony_messages(conversation, system=system, tools=tools)
+    return render_for_training(messages, auto_drop_analysis=auto_drop_analysis)
+
+
+def render_message(message: HarmonyMessage, *, conversation_has_function_tools: bool = False) -> RenderedPrompt:
+    """One Harmony message. `conversation_has_function_tools` adds the functions line to system content."""
+    if message.role not in ("system", "developer", "user", "assistant", "tool"):
+        raise UnknownRoleError(f"Unknown role: {message.role}")
+    return RenderedPrompt(tuple(render_message_pieces(message, has_function_tools=conversation_has_function_tools)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing.
+
+
+class _Collect:
+    """A sink that keeps only the problems (the machine keeps the messages)."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str, type[ProtocolError]]] = []
+
+    def content_start(self, header: ParsedHeader) -> None:
+        return None
+
+    def content_delta(self, text: str) -> None:
+        return None
+
+    def message_end(self, message: HarmonyMessage, reason: str) -> None:
+        return None
+
+    def error(self, code: str, message: str, error_type: type[ProtocolError]) -> None:
+        self.errors.append((code, message, error_type))
+
+
+def _role_name(role: Role | str | None) -> str | None:
+    return role.value if isinstance(role, Role) else role
+
+
+def parse_messages(
+    completion: str | Sequence[int],
+    *,
+    role: Role | str | None = None,
+    strict: bool = True,
+    encoding: HarmonyEncoding | None = None,
+) -> list[HarmonyMessage]:
+    """Parse completion text or token ids into Harmony messages (the reference's `parse_messages_from_completion_tokens`).
+
+    The end of input ends the message in progress, so pass the completion without its stop token or
+    with it. Strict: the first problem raises its typed error (`ParseError`, `UnknownRoleError`,
+    `DecodeError` for an id outside the vocabulary). Lenient: problems are skipped as the stream
+    parser skips them, and what could be parsed is returned.
+    """
+    sink = _Collect()
+    machine = HarmonyMachine(sink, role=_role_name(role), strict=strict)
+    if isinstance(completion, str):
+        for piece, special in split_special(completion):
+            if special:
+                machine.special(piece)
+            else:
+                machine.data(piece.encode("utf-8", errors="surrogatepass"))
+    else:
+        vocabulary = encoding
+        for token in completion:
+            special = SPECIAL_BY_ID.get(token)
+            if special is not None:
+                machine.special(special)
+                continue
+            try:
+                vocabulary = vocabulary or load_harmony_encoding()
+                data = vocabulary.token_bytes(token)
+            except ProtocolError as exc:
+                machine.fail("unknown_token", str(exc), type(exc))
+                continue
+            machine.data(data)
+    machine.finish()
+    if strict and sink.errors:
+        _code, message, error_type = sink.errors[0]
+        raise error_type(message)
+    return list(machine.messages)
+
+
+def parse_completion(
+    completion: str | Sequence[int],
+    *,
+    role: Role | str | None = Role.ASSISTANT,
+    strict: bool = True,
+    encoding: HarmonyEncoding | None = None,
+    call_id_factory: CallIdFactory | None = None,
+) -> list[Message]:
+    """Parse a completion into envelope messages: reasoning, text per channel, tool calls, results.
+
+    Strict additionally checks what the envelope needs: JSON arguments where the content type says
+    `json` (`InvalidArgumentsError`) and results that answer an earlier call (`OrphanToolResultError`).
+    Token ids need `encoding` (default: the local `o200k_harmony`).
+    """
+    parser = StreamParser(role, strict=strict, encoding=encoding, call_id_factory=call_id_factory or new_call_id)
+    events = parser.feed_text(completion) if isinstance(completion, str) else []
+    if not isinstance(completion, str):
+        for token in completion:
+            events += parser.feed_token(token)
+    events += parser.finish()
+    if strict and parser.errors:
+        _code, message, error_type = parser.errors[0]
+        raise error_type(message)
+    return [event.message for event in events if isinstance(event, MessageEnd)]
+
