@@ -13,13 +13,14 @@ reads is plain text: the exit status, which limit fired if one did, and the capt
 from __future__ import annotations
 
 import importlib
+import inspect
 import threading
 from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
 from parley.tools.errors import ToolDefinitionError, ToolError
-from parley.tools.results import truncate
+from parley.tools.results import render_result, truncate
 from parley.tools.tool import Tool, run_in_daemon_thread
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -36,18 +37,23 @@ DESCRIPTION = (
 
 
 class ExecResultLike(Protocol):
-    """The fields of `parley.sandbox.ExecResult` this tool reads."""
+    """The fields of `parley.sandbox.ExecResult` this tool needs (`value`, `value_repr`, `result_error`,
+    `stdout_truncated` and `stderr_truncated` are read when present)."""
 
-    exit_code: int | None
-    stdout: Any
-    stderr: Any
-    timed_out: bool
-    limit: Any
-    duration_s: float
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def stdout(self) -> Any: ...
+    @property
+    def stderr(self) -> Any: ...
+    @property
+    def timed_out(self) -> bool: ...
+    @property
+    def limit(self) -> Any: ...
 
 
 class SandboxLike(Protocol):
-    """What this tool needs of a sandbox: `parley.sandbox.Sandbox.run_python`."""
+    """What this tool needs of a sandbox: `run_python`, async (as `parley.sandbox.Sandbox`) or blocking."""
 
     def run_python(self, code: str, *, timeout_s: float, memory_mb: int) -> Any: ...
 
@@ -71,10 +77,20 @@ def format_exec_result(result: ExecResultLike, *, timeout_s: float, stream_chars
     else:
         status = f"exit code {result.exit_code}"
     lines = [f"status: {status}"]
+    value, value_repr = getattr(result, "value", None), getattr(result, "value_repr", None)
+    if value is not None:
+        lines.append("result: " + truncate(render_result(value), stream_chars)[0])
+    elif value_repr:
+        lines.append("result: " + truncate(str(value_repr), stream_chars)[0])
     for label, stream in (("stdout", result.stdout), ("stderr", result.stderr)):
         text, _ = truncate(_text(stream), stream_chars)
+        if getattr(result, f"{label}_truncated", False):
+            text += f"\n[{label} was cut at the sandbox's output limit]"
         if text:
             lines.append(f"{label}:\n{text.rstrip(chr(10))}")
+    result_error = getattr(result, "result_error", None)
+    if result_error:
+        lines.append(f"note: the result channel was rejected ({result_error})")
     if len(lines) == 1:
         lines.append("(no output)")
     return "\n".join(lines)
@@ -113,9 +129,11 @@ def python_tool(
     ) -> str:
         if not code.strip():
             raise ToolError("no code given")
-        result = await run_in_daemon_thread(
-            lambda: resolve().run_python(code, timeout_s=timeout_s, memory_mb=memory_mb)
-        )
+        box = await run_in_daemon_thread(resolve)  # detection probes run processes: keep them off the loop
+        if inspect.iscoroutinefunction(box.run_python):
+            result = await box.run_python(code, timeout_s=timeout_s, memory_mb=memory_mb)
+        else:
+            result = await run_in_daemon_thread(lambda: box.run_python(code, timeout_s=timeout_s, memory_mb=memory_mb))
         return format_exec_result(result, timeout_s=timeout_s)
 
     return Tool(
