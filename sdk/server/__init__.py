@@ -1,3 +1,46 @@
-"""`parley serve`: OpenAI- and Anthropic-compatible HTTP server over the local engine."""
+"""`parley serve`: OpenAI- and Anthropic-compatible HTTP server over the local engine.
 
-__all__: list[str] = []
+Exports resolve lazily so `import parley.server` stays light (starlette and uvicorn load on use).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ApiError": "parley.server.errors",
+    "BackgroundServer": "parley.server.runner",
+    "EnginePort": "parley.server.engine_port",
+    "ServerConfig": "parley.server.config",
+    "ServerError": "parley.server.errors",
+    "TenantRegistry": "parley.server.tenants",
+    "add_serve_command": "parley.server.cli",
+    "cache_salt": "parley.server.tenants",
+    "create_app": "parley.server.app",
+    "serve_main": "parley.server.cli",
+}
+
+__all__ = [
+    "ApiError",
+    "BackgroundServer",
+    "EnginePort",
+    "ServerConfig",
+    "ServerError",
+    "TenantRegistry",
+    "add_serve_command",
+    "cache_salt",
+    "create_app",
+    "serve_main",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'parley.server' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,335 @@
+"""Anthropic-compatible route: `POST /v1/messages`.
+
+Validation is strict (`anthropic_schema`); `tool_result` blocks must answer the `tool_use` blocks of
+the assistant message right before them, and every `tool_use` must be answered in the next message
+(Anthropic's own 400). `thinking.budget_tokens` opens a reasoning section that the reasoning-budget
+hook closes after that many tokens. Usage follows Anthropic: `input_tokens` excludes the prompt
+tokens our prefix cache served, which are `cache_read_input_tokens`.
+
+Streams emit Anthropic's order: `message_start`, then per content block `content_block_start`,
+`content_block_delta`s (`thinking_delta` then `signature_delta`, `text_delta`, `input_json_delta`),
+`content_block_stop`, then `message_delta` (stop reason, usage) and `message_stop`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from parley.protocol import (
+    CacheMark,
+    Conversation,
+    Message,
+    ReasoningDelta,
+    ReasoningPart,
+    Role,
+    TextDelta,
+    TextPart,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolResult,
+    ToolSpec,
+)
+from parley.server import anthropic_schema as an
+from parley.server.context import deadline_from, endpoint, read_json, run_or_cancel_on_disconnect, state_of, tenant_of
+from parley.server.errors import ApiError, invalid
+from parley.server.streaming import SSE_HEADERS, observe_end, sse_event
+from parley.server.tenants import cache_salt
+from parley.server.turn import Turn, TurnEnd, TurnSpec
+from parley.server.validation import validate_as
+
+
+def _mark(cache: an.CacheControl | None) -> CacheMark | None:
+    return CacheMark(ttl=cache.ttl or "5m") if cache is not None else None
+
+
+def to_conversation(request: an.MessagesRequest) -> Conversation:
+    messages: list[Message] = []
+    if request.system is not None:
+        if isinstance(request.system, str):
+            messages.append(Message.system(request.system))
+        else:
+            last = request.system[-1].cache_control if request.system else None
+            text = "".join(block.text for block in request.system)
+            messages.append(Message(role=Role.SYSTEM, parts=[TextPart(text=text)], cache=_mark(last)))
+    pending: dict[str, str] = {}  # tool_use id -> name, awaiting results in the next message
+    for i, m in enumerate(request.messages):
+        param = f"messages[{i}]"
+        blocks: list[Any] = [an.TextBlock(type="text", text=m.content)] if isinstance(m.content, str) else m.content
+        if pending and m.role != "user":
+            raise invalid(_unanswered(pending, i - 1), f"messages[{i - 1}]")
+        answered: set[str] = set()
+        parts: list[Any] = []
+        mark: CacheMark | None = None
+        for j, block in enumerate(blocks):
+            where = f"{param}.content[{j}]"
+            mark = _mark(getattr(block, "cache_control", None)) or mark
+            if isinstance(block, an.ImageBlock):
+                raise invalid(f"{where}: image input is not supported by this model (text only)", where)
+            if isinstance(block, an.TextBlock):
+                parts.append(TextPart(text=block.text))
+            elif isinstance(block, an.ToolResultBlock):
+                if m.role != "user":
+                    raise invalid(f"{where}: tool_result blocks belong in user messages", where)
+                if block.tool_use_id not in pending:
+                    raise invalid(
+                        f"{where}.tool_use_id: {block.tool_use_id!r} answers no tool_use block of the previous "
+                        "assistant message",
+                        f"{where}.tool_use_id",
+                    )
+                content = (
+                    block.content if isinstance(block.content, str) else "".join(b.text for b in block.content or [])
+                )
+                if parts:
+                    messages.append(Message(role=Role.USER, parts=parts))
+                    parts = []
+                answered.add(block.tool_use_id)
+                result = ToolResult(
+                    call_id=block.tool_use_id,
+                    name=pending[block.tool_use_id],
+                    content=content,
+                    is_error=bool(block.is_error),
+                )
+                messages.append(Message(role=Role.TOOL, parts=[result], name=result.name))
+            elif m.role != "assistant":
+                raise invalid(f"{where}: {block.type} blocks belong in assistant messages", where)
+            elif isinstance(block, an.ToolUseBlock):
+                parts.append(ToolCall(id=block.id, name=block.name, arguments=block.input))
+            elif isinstance(block, an.ThinkingBlock):
+                parts.append(ReasoningPart(text=block.thinking, signature=block.signature, provider="anthropic"))
+            else:
+                parts.append(ReasoningPart(redacted=block.data, provider="anthropic"))
+        if pending and pending.keys() - answered:
+            raise invalid(_unanswered({k: v for k, v in pending.items() if k not in answered}, i - 1), param)
+        pending = {}
+        if m.role == "assistant":
+            ids = [p.id for p in parts if isinstance(p, ToolCall)]
+            if len(ids) != len(set(ids)):
+                raise invalid(f"{param}: tool_use ids must be unique", param)
+            pending = {p.id: p.name for p in parts if isinstance(p, ToolCall)}
+        if parts or m.role == "assistant":
+            role = Role.USER if m.role == "user" else Role.ASSISTANT
+            messages.append(Message(role=role, parts=parts, cache=mark))
+    if pending:
+        raise invalid(_unanswered(pending, len(request.messages) - 1), f"messages[{len(request.messages) - 1}]")
+    if messages and messages[-1].role is Role.ASSISTANT:
+        raise invalid(
+            "the last message is from the assistant (prefill); this server needs the conversation to end with a "
+            "user message",
+            f"messages[{len(request.messages) - 1}]",
+        )
+    return Conversation(messages=messages)
+
+
+def _unanswered(pending: dict[str, str], index: int) -> str:
+    ids = ", ".join(sorted(pending))
+    return (
+        f"messages[{index}]: `tool_use` ids were found without `tool_result` blocks immediately after: {ids}. "
+        "Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+    )
+
+
+def to_turn_spec(request: an.MessagesRequest, salt: str, deadline_s: float | None) -> TurnSpec:
+    tools = [
+        ToolSpec(name=t.name, description=t.description or "", parameters=t.input_schema, strict=bool(t.strict))
+        for t in request.tools or []
+    ]
+    choice: Any = "auto" if tools else "none"
+    parallel = True
+    tc = request.tool_choice
+    if isinstance(tc, an.ToolChoiceNone):
+        choice = "none"
+    elif isinstance(tc, an.ToolChoiceAny):
+        choice = "required"
+    elif isinstance(tc, an.ToolChoiceTool):
+        choice = ("named", tc.name)
+    if tc is not None and not isinstance(tc, an.ToolChoiceNone) and tc.disable_parallel_tool_use:
+        parallel = False
+    budget = request.thinking.budget_tokens if isinstance(request.thinking, an.ThinkingEnabled) else None
+    return TurnSpec(
+        conversation=to_conversation(request),
+        tools=tools,
+        tool_choice=choice,
+        parallel_tool_calls=parallel,
+        thinking_budget=budget,
+        max_tokens=request.max_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        stop=tuple(request.stop_sequences or ()),
+        tenant_salt=salt,
+        deadline_s=deadline_s,
+    )
+
+
+def _stop_reason(end: TurnEnd) -> str:
+    if end.finish_reason == "tool_calls":
+        return "tool_use"
+    if end.finish_reason == "length":
+        return "max_tokens"
+    return "stop_sequence" if end.stop_sequence is not None else "end_turn"
+
+
+def _usage(end: TurnEnd) -> dict[str, Any]:
+    return {
+        "input_tokens": end.prompt_tokens - end.cached_tokens,
+        "output_tokens": end.output_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": end.cached_tokens,
+    }
+
+
+def _content_json(message: Message) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if message.reasoning:
+        blocks.append({"type": "thinking", "thinking": message.reasoning, "signature": ""})
+    if message.text:
+        blocks.append({"type": "text", "text": message.text})
+    for call in message.tool_calls:
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": json.loads(call.arguments)})
+    return blocks
+
+
+async def _complete(turn: Turn, model: str, message_id: str, request: Request) -> dict[str, Any]:
+    end: TurnEnd | None = None
+    async for item in turn.events():
+        if isinstance(item, TurnEnd):
+            end = item
+    assert end is not None
+    observe_end(state_of(request).metrics, end)
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": _content_json(end.message),
+        "stop_reason": _stop_reason(end),
+        "stop_sequence": end.stop_sequence,
+        "usage": _usage(end),
+    }
+
+
+async def _stream(turn: Turn, model: str, message_id: str, request: Request) -> AsyncIterator[str]:
+    open_kind: str | None = None
+    index = -1
+
+    def close() -> list[str]:
+        nonlocal open_kind
+        out: list[str] = []
+        if open_kind == "thinking":
+            out.append(
+                sse_event(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "signature_delta", "signature": ""},
+                    },
+                )
+            )
+        if open_kind is not None:
+            out.append(sse_event("content_block_stop", {"type": "content_block_stop", "index": index}))
+        open_kind = None
+        return out
+
+    def open_block(kind: str, block: dict[str, Any]) -> list[str]:
+        nonlocal open_kind, index
+        out = close()
+        index += 1
+        open_kind = kind
+        out.append(
+            sse_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+        )
+        return out
+
+    def delta(body: dict[str, Any]) -> str:
+        return sse_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": body})
+
+    start_usage = {
+        "input_tokens": turn.prompt_tokens - turn.cached_tokens,
+        "output_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": turn.cached_tokens,
+    }
+    try:
+        yield sse_event(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": message_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": start_usage,
+                },
+            },
+        )
+        yield sse_event("ping", {"type": "ping"})
+        async for item in turn.events():
+            if isinstance(item, ReasoningDelta):
+                if open_kind != "thinking":
+                    for line in open_block("thinking", {"type": "thinking", "thinking": "", "signature": ""}):
+                        yield line
+                yield delta({"type": "thinking_delta", "thinking": item.text})
+            elif isinstance(item, TextDelta):
+                if open_kind != "text":
+                    for line in open_block("text", {"type": "text", "text": ""}):
+                        yield line
+                yield delta({"type": "text_delta", "text": item.text})
+            elif isinstance(item, ToolCallStart):
+                for line in open_block("tool_use", {"type": "tool_use", "id": item.id, "name": item.name, "input": {}}):
+                    yield line
+            elif isinstance(item, ToolCallDelta):
+                yield delta({"type": "input_json_delta", "partial_json": item.arguments_delta})
+            elif isinstance(item, ToolCallEnd):
+                for line in close():
+                    yield line
+            elif isinstance(item, TurnEnd):
+                for line in close():
+                    yield line
+                observe_end(state_of(request).metrics, item)
+                yield sse_event(
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": _stop_reason(item), "stop_sequence": item.stop_sequence},
+                        "usage": _usage(item),
+                    },
+                )
+                yield sse_event("message_stop", {"type": "message_stop"})
+    except ApiError as exc:
+        yield sse_event("error", exc.body("anthropic"))
+    finally:
+        await turn.close()
+
+
+@endpoint("anthropic", "messages")
+async def messages(request: Request) -> Response:
+    state = state_of(request)
+    tenant = tenant_of(request)
+    body = await read_json(request)
+    parsed = validate_as(an.MessagesRequest, body)
+    state.check_model(parsed.model)
+    spec = to_turn_spec(parsed, cache_salt(tenant), deadline_from(request, parsed.deadline_s))
+    turn = Turn(state.engine, state.codec, spec, max_tokens_default=state.config.default_max_tokens)
+    message_id = "msg_" + spec.request_id
+    await run_or_cancel_on_disconnect(request, turn.start())
+    if parsed.stream:
+        return StreamingResponse(
+            _stream(turn, parsed.model, message_id, request), media_type="text/event-stream", headers=SSE_HEADERS
+        )
+    try:
+        result = await run_or_cancel_on_disconnect(request, _complete(turn, parsed.model, message_id, request))
+    finally:
+        await turn.close()
+    return JSONResponse(result)

@@ -1,0 +1,79 @@
+"""`create_app(engine)`: the Starlette application behind `parley serve`.
+
+Routes: `POST /v1/chat/completions`, `GET /v1/models` (OpenAI), `POST /v1/messages` (Anthropic),
+`GET /health`, `GET /metrics` (Prometheus text). Unknown paths and wrong methods answer in
+OpenAI's error shape (or Anthropic's under `/v1/messages`), never Starlette's plain text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from parley.server.anthropic_routes import messages
+from parley.server.config import ServerConfig
+from parley.server.context import ServerState, error_response, state_of
+from parley.server.engine_port import EnginePort
+from parley.server.errors import ApiError, ErrorKind
+from parley.server.metrics import Metrics
+from parley.server.openai_routes import chat_completions, list_models
+from parley.server.prompting import ChatTemplatePrompts, PromptCodec
+
+
+async def health(request: Request) -> Response:
+    state = state_of(request)
+    try:
+        stats = state.engine.stats()
+    except Exception as exc:  # the engine is unwell: say so, with a 503 load balancers understand
+        return JSONResponse({"status": "unhealthy", "error": str(exc)}, status_code=503)
+    return JSONResponse({"status": "ok", "model": state.config.model_name, "engine": _jsonable(stats)})
+
+
+async def metrics(request: Request) -> Response:
+    text = state_of(request).metrics.render()
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _jsonable(stats: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in stats.items() if isinstance(v, str | int | float | bool) or v is None}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    dialect = "anthropic" if request.url.path.startswith("/v1/messages") else "openai"
+    kind = {404: ErrorKind.NOT_FOUND, 413: ErrorKind.TOO_LARGE}.get(exc.status_code, ErrorKind.INVALID_REQUEST)
+    message = {404: f"no route for {request.url.path}", 405: f"method {request.method} is not allowed here"}.get(
+        exc.status_code, str(exc.detail)
+    )
+    return error_response(ApiError(message, kind=kind, status=exc.status_code), dialect)
+
+
+def create_app(
+    engine: EnginePort,
+    *,
+    config: ServerConfig | None = None,
+    codec: PromptCodec | None = None,
+) -> Starlette:
+    """The ASGI app serving `engine`. `codec` defaults to the chat-template codec for its tokenizer."""
+    config = config or ServerConfig()
+    state = ServerState(
+        engine=engine,
+        codec=codec if codec is not None else ChatTemplatePrompts(engine.tokenizer),
+        config=config,
+        metrics=Metrics(engine.stats),
+    )
+    routes = [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    app.state.parley = state
+    return app

@@ -1,0 +1,79 @@
+"""`parley serve`: the command-line entry (wired into `parley.cli` by `add_serve_command`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from parley.server.config import ServerConfig
+from parley.server.tenants import TenantRegistry
+
+
+def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
+    """Register `serve` on the `parley` CLI's subparsers; the handler is `serve_main`."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "serve", help="serve the local engine over OpenAI- and Anthropic-compatible HTTP APIs"
+    )
+    parser.add_argument("--model", default=None, help="model folder or .gguf file (default: the embedded SmolLM2)")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY[=TENANT]",
+        help="accept this API key (repeatable); KEY=TENANT names its tenant. Without keys any caller is served.",
+    )
+    parser.add_argument("--api-keys-file", default=None, help='JSON {"key": "tenant"} or lines of KEY=TENANT')
+    parser.add_argument("--served-model-name", default=None, help="the id /v1/models lists (default: the model's)")
+    parser.add_argument("--accept-any-model", action="store_true", help="serve any requested model name")
+    parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    parser.add_argument("--max-concurrent", type=int, default=256, help="requests held at once before 429")
+    parser.add_argument("--max-waiting", type=int, default=None, help="engine admission queue bound")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--log-level", default="info")
+    parser.set_defaults(func=serve_main)
+    return parser
+
+
+def build_config(args: argparse.Namespace, model_id: str) -> ServerConfig:
+    tenants = TenantRegistry.from_flags(args.api_key)
+    if args.api_keys_file:
+        tenants = TenantRegistry.from_file(args.api_keys_file).merged(tenants)
+    return ServerConfig(
+        model_name=args.served_model_name or _short_name(model_id),
+        accept_any_model=args.accept_any_model,
+        tenants=tenants,
+        max_body_bytes=args.max_body_bytes,
+        max_concurrent=args.max_concurrent,
+    )
+
+
+def _short_name(model_id: str) -> str:
+    name = model_id.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".gguf",):
+        name = name.removesuffix(suffix)
+    return name.lower() or "local"
+
+
+def serve_main(args: argparse.Namespace) -> int:
+    """Load the engine and serve until interrupted. Returns the process exit code."""
+    import uvicorn
+
+    from parley.local_engine import Engine, EngineConfig
+    from parley.server.app import create_app
+
+    engine_config = EngineConfig(max_waiting=args.max_waiting) if args.max_waiting is not None else None
+    engine = Engine.from_pretrained(args.model, device=args.device, dtype=args.dtype, config=engine_config)
+    try:
+        config = build_config(args, engine.model_id)
+        app = create_app(engine, config=config)
+        print(
+            f"parley serve: {config.model_name} on http://{args.host}:{args.port}  (OpenAI /v1/chat/completions, "
+            f"Anthropic /v1/messages, /metrics); tenants: {len(config.tenants.keys) or 'open (no API keys)'}"
+        )
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off")
+    finally:
+        engine.close()
+    return 0

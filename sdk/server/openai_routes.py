@@ -1,0 +1,340 @@
+"""OpenAI-compatible routes: `POST /v1/chat/completions` and `GET /v1/models`.
+
+The request is validated strictly (`openai_schema`), converted to a `Conversation` and a `TurnSpec`,
+and run as one `Turn`. Responses follow the Chat Completions shapes: `chat.completion`, or SSE
+`chat.completion.chunk`s ending in `data: [DONE]`, with tool-call deltas assembled by `index` (id
+and name only in the first) and, with `stream_options.include_usage`, one last chunk whose
+`choices` is empty and whose `usage` counts cached prompt tokens in `prompt_tokens_details`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from parley.protocol import (
+    Conversation,
+    Message,
+    ReasoningDelta,
+    ReasoningPart,
+    Role,
+    TextDelta,
+    TextPart,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolSpec,
+)
+from parley.server import openai_schema as oa
+from parley.server.context import (
+    deadline_from,
+    endpoint,
+    read_json,
+    run_or_cancel_on_disconnect,
+    state_of,
+    tenant_of,
+)
+from parley.server.errors import ApiError, invalid
+from parley.server.streaming import SSE_HEADERS, observe_end, sse_data
+from parley.server.tenants import cache_salt
+from parley.server.turn import LogprobChunk, Turn, TurnEnd, TurnSpec
+from parley.server.validation import validate_as
+
+
+# -- request -> conversation ---------------------------------------------------------------------
+def _text_of(content: str | list[Any] | None, param: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    pieces: list[str] = []
+    for i, part in enumerate(content):
+        if isinstance(part, oa.ImageContent):
+            raise invalid(f"{param}[{i}]: image input is not supported by this model (text only)", f"{param}[{i}]")
+        if isinstance(part, oa.RefusalContent):
+            pieces.append(part.refusal)
+        else:
+            pieces.append(part.text)
+    return "".join(pieces)
+
+
+def to_conversation(request: oa.ChatCompletionRequest) -> Conversation:
+    """Messages -> envelope; a tool message must answer a call made by an earlier assistant message."""
+    messages: list[Message] = []
+    calls: dict[str, str] = {}
+    for i, m in enumerate(request.messages):
+        param = f"messages[{i}]"
+        if isinstance(m, oa.SystemMessage):
+            messages.append(Message(role=Role.SYSTEM, parts=[TextPart(text=_text_of(m.content, param + ".content"))]))
+        elif isinstance(m, oa.DeveloperMessage):
+            messages.append(
+                Message(role=Role.DEVELOPER, parts=[TextPart(text=_text_of(m.content, param + ".content"))])
+            )
+        elif isinstance(m, oa.UserMessage):
+            text = _text_of(m.content, param + ".content")
+            messages.append(Message(role=Role.USER, parts=[TextPart(text=text)], name=m.name))
+        elif isinstance(m, oa.AssistantMessage):
+            parts: list[Any] = []
+            reasoning = m.reasoning_content or m.reasoning
+            if reasoning:
+                parts.append(ReasoningPart(text=reasoning))
+            text = _text_of(m.content, param + ".content")
+            if text:
+                parts.append(TextPart(text=text))
+            for j, call in enumerate(m.tool_calls or []):
+                if call.id in calls:
+                    raise invalid(
+                        f"{param}.tool_calls[{j}].id: duplicate tool call id {call.id!r}", f"{param}.tool_calls[{j}].id"
+                    )
+                _check_arguments(call.function.arguments, f"{param}.tool_calls[{j}].function.arguments")
+                calls[call.id] = call.function.name
+                parts.append(ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments))
+            messages.append(Message(role=Role.ASSISTANT, parts=parts, name=m.name))
+        else:
+            if m.tool_call_id not in calls:
+                raise invalid(
+                    f"{param}.tool_call_id: {m.tool_call_id!r} answers no tool call of an earlier assistant message",
+                    f"{param}.tool_call_id",
+                )
+            messages.append(
+                Message.tool(m.tool_call_id, calls[m.tool_call_id], _text_of(m.content, param + ".content"))
+            )
+    return Conversation(messages=messages)
+
+
+def _check_arguments(arguments: str, param: str) -> None:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        raise invalid(f"{param} must be a JSON object encoded as a string", param) from None
+    if not isinstance(value, dict):
+        raise invalid(f"{param} must encode a JSON object", param)
+
+
+def to_turn_spec(request: oa.ChatCompletionRequest, salt: str, deadline_s: float | None) -> TurnSpec:
+    if request.n is not None and request.n > 1:
+        raise invalid("n > 1 is not supported by this server; send n separate requests", "n", "unsupported_value")
+    for name in ("frequency_penalty", "presence_penalty"):
+        if getattr(request, name):
+            raise invalid(f"{name} other than 0 is not supported by the local engine", name, "unsupported_value")
+    tools = [
+        ToolSpec(
+            name=t.function.name,
+            description=t.function.description or "",
+            parameters=t.function.parameters
+            if t.function.parameters is not None
+            else {"type": "object", "properties": {}},
+            strict=bool(t.function.strict),
+        )
+        for t in request.tools or []
+    ]
+    choice: Any = "auto" if tools else "none"
+    if isinstance(request.tool_choice, oa.NamedToolChoiceParam):
+        choice = ("named", request.tool_choice.function.name)
+    elif request.tool_choice is not None:
+        choice = request.tool_choice
+    fmt = request.response_format
+    schema = None
+    json_object = False
+    if isinstance(fmt, oa.JsonSchemaFormat):
+        schema = fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {}
+    elif isinstance(fmt, oa.JsonObjectFormat):
+        json_object = True
+    if (schema is not None or json_object) and (choice == "required" or isinstance(choice, tuple)):
+        raise invalid("response_format cannot be combined with a forced tool_choice", "response_format")
+    stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
+    top = request.top_logprobs or 0
+    return TurnSpec(
+        conversation=to_conversation(request),
+        tools=tools,
+        tool_choice=choice,
+        parallel_tool_calls=request.parallel_tool_calls is not False,
+        output_schema=schema,
+        json_object=json_object,
+        max_tokens=request.token_limit,
+        max_tokens_param="max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens",
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        seed=request.seed,
+        stop=stop,
+        logprobs=top if request.logprobs else None,
+        tenant_salt=salt,
+        deadline_s=deadline_s,
+    )
+
+
+# -- responses -----------------------------------------------------------------------------------
+def _usage(end: TurnEnd) -> dict[str, Any]:
+    return {
+        "prompt_tokens": end.prompt_tokens,
+        "completion_tokens": end.output_tokens,
+        "total_tokens": end.prompt_tokens + end.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": end.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": end.reasoning_tokens},
+    }
+
+
+def _logprob_json(chunk: LogprobChunk) -> list[dict[str, Any]]:
+    return [
+        {
+            "token": e.token,
+            "logprob": e.logprob,
+            "bytes": e.bytes,
+            "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))} for t, v in e.top],
+        }
+        for e in chunk.entries
+    ]
+
+
+def _message_json(end: TurnEnd) -> dict[str, Any]:
+    message = end.message
+    out: dict[str, Any] = {
+        "role": "assistant",
+        "content": message.text if message.text or not message.tool_calls else None,
+    }
+    if message.reasoning:
+        out["reasoning_content"] = message.reasoning
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    return out
+
+
+async def _complete(turn: Turn, model: str, completion_id: str, created: int, request: Request) -> dict[str, Any]:
+    logprobs: list[dict[str, Any]] = []
+    end: TurnEnd | None = None
+    async for item in turn.events():
+        if isinstance(item, LogprobChunk):
+            logprobs.extend(_logprob_json(item))
+        elif isinstance(item, TurnEnd):
+            end = item
+    assert end is not None
+    observe_end(state_of(request).metrics, end)
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": _message_json(end),
+                "logprobs": {"content": logprobs} if turn.spec.logprobs is not None else None,
+                "finish_reason": end.finish_reason,
+            }
+        ],
+        "usage": _usage(end),
+        "system_fingerprint": None,
+    }
+
+
+async def _stream(
+    turn: Turn, model: str, completion_id: str, created: int, include_usage: bool, request: Request
+) -> AsyncIterator[str]:
+    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> str:
+        body: dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+        }
+        if include_usage:
+            body["usage"] = None
+        return sse_data(body)
+
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        async for item in turn.events():
+            if isinstance(item, TextDelta):
+                yield chunk({"content": item.text})
+            elif isinstance(item, ReasoningDelta):
+                yield chunk({"reasoning_content": item.text})
+            elif isinstance(item, ToolCallStart):
+                call = {
+                    "index": item.index,
+                    "id": item.id,
+                    "type": "function",
+                    "function": {"name": item.name, "arguments": ""},
+                }
+                yield chunk({"tool_calls": [call]})
+            elif isinstance(item, ToolCallDelta):
+                yield chunk({"tool_calls": [{"index": item.index, "function": {"arguments": item.arguments_delta}}]})
+            elif isinstance(item, ToolCallEnd):
+                continue
+            elif isinstance(item, LogprobChunk):
+                yield chunk({"content": ""}, logprobs={"content": _logprob_json(item)})
+            elif isinstance(item, TurnEnd):
+                observe_end(state_of(request).metrics, item)
+                yield chunk({}, finish=item.finish_reason)
+                if include_usage:
+                    yield sse_data(
+                        {
+                            "id": completion_id,
+                            "object": "chat.completion.chunk",
+                            "created": created,
+                            "model": model,
+                            "choices": [],
+                            "usage": _usage(item),
+                        }
+                    )
+    except ApiError as exc:
+        yield sse_data(exc.body("openai"))
+    finally:
+        await turn.close()
+    yield "data: [DONE]\n\n"
+
+
+@endpoint("openai", "chat_completions")
+async def chat_completions(request: Request) -> Response:
+    state = state_of(request)
+    tenant = tenant_of(request)
+    body = await read_json(request)
+    parsed = validate_as(oa.ChatCompletionRequest, body)
+    state.check_model(parsed.model)
+    spec = to_turn_spec(parsed, cache_salt(tenant, parsed.cache_salt), deadline_from(request, parsed.deadline_s))
+    turn = Turn(state.engine, state.codec, spec, max_tokens_default=state.config.default_max_tokens)
+    completion_id = "chatcmpl-" + spec.request_id
+    created = int(time.time())
+    await run_or_cancel_on_disconnect(request, turn.start())
+    if parsed.stream:
+        include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+        stream = _stream(turn, parsed.model, completion_id, created, include_usage, request)
+        return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
+    try:
+        result = await run_or_cancel_on_disconnect(
+            request, _complete(turn, parsed.model, completion_id, created, request)
+        )
+    finally:
+        await turn.close()
+    return JSONResponse(result)
+
+
+@endpoint("openai", "models")
+async def list_models(request: Request) -> Response:
+    state = state_of(request)
+    tenant_of(request)
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": state.config.model_name,
+                    "object": "model",
+                    "created": state.created,
+                    "owned_by": "parley",
+                    "root": state.engine.model_id,
+                    "max_model_len": state.engine.max_model_len,
+                }
+            ],
+        }
+    )
