@@ -1,0 +1,199 @@
+"""outlines-core backend: a regex DFA crossed with the vocabulary into a token transition index.
+
+JSON Schemas become a regex (`build_regex_from_schema`), then an `Index` (DFA state x token ->
+next state, precomputed for the whole vocabulary), walked by a `Guide` per request. Masks are then
+a table lookup, but building the index is slow for large schemas (seconds), and the regex route
+cannot express several keywords at all (`UNENFORCED`). No EBNF grammars: `grammar()` raises
+`UnsupportedSpecError`. Whitespace: compact means the empty whitespace pattern; flexible allows at
+most `max_whitespace` characters. Note: outlines-core always forbids extra object keys, whatever
+`additionalProperties` says.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from parley.constrained.backends.base import JsonOptions, choice_regex, tool_calls_regex
+from parley.constrained.errors import (
+    BackendUnavailableError,
+    InvalidRegexError,
+    UnsupportedSpecError,
+)
+from parley.constrained.schema_support import KeywordUse
+from parley.constrained.specs import ToolCalls
+
+if TYPE_CHECKING:
+    import torch
+
+    from parley.constrained.tokenizer_info import TokenizerInfo
+
+UNENFORCED = {
+    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "contains",
+    "minContains", "maxContains", "multipleOf", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minProperties", "maxProperties",
+    "patternProperties", "uniqueItems",
+}  # fmt: skip
+SUPPORTED_FORMATS = {"date-time", "date", "time", "uuid", "uri", "email"}
+
+
+def _oc() -> Any:
+    try:
+        import outlines_core
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise BackendUnavailableError("the outlines backend needs `pip install outlines-core`") from exc
+    return outlines_core
+
+
+def unenforced(uses: list[KeywordUse]) -> list[KeywordUse]:
+    out = []
+    for use in uses:
+        value = use.schema.get(use.keyword)
+        if use.keyword in UNENFORCED:
+            out.append(use)
+        elif use.keyword == "format" and value not in SUPPORTED_FORMATS:
+            out.append(use)
+        elif use.keyword == "pattern" and ("minLength" in use.schema or "maxLength" in use.schema):
+            out.append(use)  # outlines-core keeps the length bounds and drops the pattern
+    return out
+
+
+def _vocabulary(tok: TokenizerInfo) -> Any:
+    def build(t: TokenizerInfo) -> Any:
+        oc = _oc()
+        eos = t.stop_token_ids[0] if t.stop_token_ids else 0
+        table: dict[bytes, list[int]] = {}
+        for tid, raw in t.token_bytes.items():
+            if tid in t.special_token_ids or tid in t.stop_token_ids or not raw:
+                continue
+            table.setdefault(raw, []).append(tid)
+        return oc.Vocabulary(eos, table)
+
+    return tok.backend_state("outlines", build)
+
+
+class OutlinesMatcher:
+    def __init__(self, index: Any, tok: TokenizerInfo) -> None:
+        self._index = index
+        self._tok = tok
+        self._guide = _oc().Guide(index, max_rollback=1_000_000)
+        self._stopped = False
+
+    def fill_bitmask(self, bitmask: torch.Tensor, index: int) -> bool:
+        row = bitmask[index] if bitmask.dim() == 2 else bitmask
+        if self._stopped:
+            row.zero_()
+            for stop in self._tok.stop_token_ids:
+                row[stop // 32] |= _bit(stop % 32)
+            return True
+        row.zero_()
+        self._guide.write_mask_into(row.data_ptr(), row.numel(), row.element_size())
+        return True
+
+    def accept_token(self, token_id: int) -> bool:
+        if self._stopped:
+            return False
+        if token_id in self._tok.stop_token_ids:
+            if self.is_completed():
+                self._stopped = True
+                return True
+            return False
+        if not self._guide.accepts_tokens([token_id]):
+            return False
+        self._guide.advance(token_id=token_id, return_tokens=False)
+        return True
+
+    def accept_text(self, text: str) -> bool:
+        ids = self._tok.tokenizer.encode(text, add_special_tokens=False)
+        return all(self.accept_token(int(t)) for t in ids)
+
+    def rollback(self, n: int) -> None:
+        if n <= 0:
+            return
+        if self._stopped:
+            self._stopped = False
+            n -= 1
+        if n:
+            self._guide.rollback_state(n)
+
+    def is_completed(self) -> bool:
+        return bool(self._index.is_final_state(self._guide.get_state()))
+
+    def is_terminated(self) -> bool:
+        return self._stopped
+
+    def reset(self) -> None:
+        self._guide.reset()
+        self._stopped = False
+
+    def forced_tokens(self) -> list[int]:
+        if self._stopped:
+            return []
+        allowed = self._guide.get_tokens()
+        return [int(allowed[0])] if len(allowed) == 1 and allowed[0] not in self._tok.stop_token_ids else []
+
+
+def _bit(position: int) -> int:
+    return (1 << position) - (1 << 32) if position == 31 else 1 << position
+
+
+@dataclass
+class OutlinesCompiled:
+    index: Any
+    tok: Any
+    backend: str = "outlines"
+
+    def new_matcher(self) -> OutlinesMatcher:
+        return OutlinesMatcher(self.index, self.tok)
+
+
+class OutlinesBackend:
+    """Compiles specs with outlines-core for one tokenizer."""
+
+    name = "outlines"
+
+    def __init__(self, tokenizer: TokenizerInfo) -> None:
+        self._tok = tokenizer
+        self._vocab = _vocabulary(tokenizer)
+
+    def unenforced(self, uses: list[KeywordUse]) -> list[KeywordUse]:
+        return unenforced(uses)
+
+    def _schema_regex(self, schema: Any, options: JsonOptions) -> str:
+        from outlines_core.json_schema import build_regex_from_schema
+
+        whitespace = "" if options.compact else f"[ \\t\\n\\r]{{0,{options.max_whitespace}}}"
+        try:
+            return str(build_regex_from_schema(json.dumps(schema), whitespace))
+        except Exception as exc:
+            raise UnsupportedSpecError(f"outlines-core cannot convert this schema: {_first_line(exc)}") from None
+
+    def _index(self, pattern: str) -> OutlinesCompiled:
+        try:
+            return OutlinesCompiled(_oc().Index(pattern, self._vocab), self._tok)
+        except Exception as exc:
+            message = _first_line(exc)
+            if "regex" in message.lower() or "parse" in message.lower():
+                raise InvalidRegexError(f"outlines-core rejects regex: {message}") from None
+            raise UnsupportedSpecError(f"outlines-core failed to build an index: {message}") from None
+
+    def json_schema(self, schema: Any, options: JsonOptions) -> OutlinesCompiled:
+        return self._index(self._schema_regex(schema, options))
+
+    def regex(self, pattern: str) -> OutlinesCompiled:
+        return self._index(pattern)
+
+    def grammar(self, ebnf: str, root: str) -> OutlinesCompiled:
+        raise UnsupportedSpecError("the outlines backend has no context-free grammars; use backend='xgrammar'")
+
+    def choice(self, options: tuple[str, ...]) -> OutlinesCompiled:
+        return self._index(choice_regex(options))
+
+    def tool_calls(self, spec: ToolCalls, options: JsonOptions) -> OutlinesCompiled:
+        return self._index(tool_calls_regex(spec, self._schema_regex(spec.call_schema(), options)))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

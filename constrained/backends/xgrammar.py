@@ -1,0 +1,210 @@
+"""xgrammar backend (default): Earley-parser matchers with precomputed/dynamic token-mask caches.
+
+One `GrammarCompiler` per tokenizer (xgrammar's own cache disabled: parley caches compiled grammars
+by spec). Dynamic compilation is on: token-mask cache entries are built on first use instead of
+all up front, which turns multi-second compiles of large schemas into milliseconds.
+
+What xgrammar compiles but does not enforce (its converter only logs a warning, or — for string
+length bounds — enforces them wrongly by forbidding escape sequences in bounded strings) is listed
+in `UNENFORCED`; the compiler strips/records those and validates outputs afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from parley.constrained.backends.base import JsonOptions
+from parley.constrained.errors import (
+    BackendUnavailableError,
+    GrammarSyntaxError,
+    InvalidRegexError,
+    UnsupportedSpecError,
+)
+from parley.constrained.schema_support import KeywordUse
+from parley.constrained.specs import HERMES_CLOSE, HERMES_OPEN, ToolCalls
+
+if TYPE_CHECKING:
+    import torch
+
+    from parley.constrained.tokenizer_info import TokenizerInfo
+
+UNENFORCED = {
+    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "contains",
+    "minContains", "maxContains", "multipleOf", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
+    "minLength", "maxLength",
+}  # fmt: skip
+SUPPORTED_FORMATS = {
+    "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid", "uri",
+    "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
+}  # fmt: skip
+# Stripped from the schema before xgrammar sees it (it would enforce them incorrectly or reject them).
+STRIPPED = {"minLength", "maxLength", "format"}
+
+
+def _xgr() -> Any:
+    try:
+        import xgrammar
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise BackendUnavailableError("the xgrammar backend needs `pip install xgrammar`") from exc
+    return xgrammar
+
+
+def unenforced(uses: list[KeywordUse]) -> list[KeywordUse]:
+    out = []
+    for use in uses:
+        value = use.schema.get(use.keyword)
+        if use.keyword in UNENFORCED:
+            out.append(use)
+        elif use.keyword == "uniqueItems" and value is True:
+            out.append(use)
+        elif use.keyword == "format" and value not in SUPPORTED_FORMATS:
+            out.append(use)
+        elif use.keyword == "allOf" and isinstance(value, list) and len(value) > 1:
+            out.append(use)
+    return out
+
+
+@dataclass
+class _State:
+    info: Any
+    compiler: Any
+
+
+def _state(tok: TokenizerInfo) -> _State:
+    def build(t: TokenizerInfo) -> _State:
+        xgr = _xgr()
+        info = xgr.TokenizerInfo.from_huggingface(
+            t.tokenizer, vocab_size=t.vocab_size, stop_token_ids=list(t.stop_token_ids)
+        )
+        compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False, enable_dynamic_compilation=True)
+        return _State(info, compiler)
+
+    return tok.backend_state("xgrammar", build)  # type: ignore[no-any-return]
+
+
+class XGrammarMatcher:
+    def __init__(self, compiled: Any) -> None:
+        self._matcher = _xgr().GrammarMatcher(compiled)
+
+    def fill_bitmask(self, bitmask: torch.Tensor, index: int) -> bool:
+        return bool(self._matcher.fill_next_token_bitmask(bitmask, index))
+
+    def accept_token(self, token_id: int) -> bool:
+        return bool(self._matcher.accept_token(token_id))
+
+    def accept_text(self, text: str) -> bool:
+        return bool(self._matcher.accept_string(text))
+
+    def rollback(self, n: int) -> None:
+        self._matcher.rollback(n)
+
+    def is_completed(self) -> bool:
+        return bool(self._matcher.is_completed())
+
+    def is_terminated(self) -> bool:
+        return bool(self._matcher.is_terminated())
+
+    def reset(self) -> None:
+        self._matcher.reset()
+
+    def forced_tokens(self) -> list[int]:
+        return list(self._matcher.find_jump_forward_tokens())
+
+    @property
+    def raw(self) -> Any:
+        """The xgrammar `GrammarMatcher` (for `BatchGrammarMatcher`)."""
+        return self._matcher
+
+
+@dataclass
+class XGrammarCompiled:
+    compiled: Any
+    backend: str = "xgrammar"
+
+    def new_matcher(self) -> XGrammarMatcher:
+        return XGrammarMatcher(self.compiled)
+
+
+def _literal(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+class XGrammarBackend:
+    """Compiles specs with xgrammar for one tokenizer."""
+
+    name = "xgrammar"
+
+    def __init__(self, tokenizer: TokenizerInfo) -> None:
+        self._tok = tokenizer
+        self._state = _state(tokenizer)
+
+    def unenforced(self, uses: list[KeywordUse]) -> list[KeywordUse]:
+        return unenforced(uses)
+
+    def _json_grammar(self, schema: Any, options: JsonOptions) -> Any:
+        xgr = _xgr()
+        kwargs: dict[str, Any] = {"strict_mode": options.strict, "any_order": options.any_order}
+        if options.compact:
+            kwargs.update(any_whitespace=False, separators=(",", ":"))
+        else:
+            kwargs.update(any_whitespace=True, max_whitespace_cnt=options.max_whitespace)
+        try:
+            return xgr.Grammar.from_json_schema(json.dumps(schema), **kwargs)
+        except Exception as exc:  # xgrammar raises RuntimeError/ValueError with converter messages
+            raise UnsupportedSpecError(f"xgrammar cannot compile this schema: {_first_line(exc)}") from None
+
+    def _compile(self, grammar: Any) -> XGrammarCompiled:
+        try:
+            return XGrammarCompiled(self._state.compiler.compile_grammar(grammar))
+        except Exception as exc:
+            raise UnsupportedSpecError(f"xgrammar failed to compile: {_first_line(exc)}") from None
+
+    def json_schema(self, schema: Any, options: JsonOptions) -> XGrammarCompiled:
+        return self._compile(self._json_grammar(schema, options))
+
+    def regex(self, pattern: str) -> XGrammarCompiled:
+        xgr = _xgr()
+        try:
+            grammar = xgr.Grammar.from_regex(pattern)
+        except Exception as exc:
+            raise InvalidRegexError(f"xgrammar rejects regex {pattern!r}: {_first_line(exc)}") from None
+        return self._compile(grammar)
+
+    def grammar(self, ebnf: str, root: str) -> XGrammarCompiled:
+        xgr = _xgr()
+        try:
+            grammar = xgr.Grammar.from_ebnf(ebnf, root_rule_name=root)
+        except Exception as exc:
+            raise GrammarSyntaxError(f"EBNF grammar does not parse: {_first_line(exc)}") from None
+        return self._compile(grammar)
+
+    def choice(self, options: tuple[str, ...]) -> XGrammarCompiled:
+        return self.grammar("root ::= " + " | ".join(_literal(o) for o in options), "root")
+
+    def tool_calls(self, spec: ToolCalls, options: JsonOptions) -> XGrammarCompiled:
+        xgr = _xgr()
+        if spec.format == "json":
+            return self._compile(self._json_grammar(spec.output_schema(), options))
+        call = self._json_grammar(spec.call_schema(), options)
+        one = xgr.Grammar.concat(
+            xgr.Grammar.from_ebnf(f"root ::= {_literal(HERMES_OPEN)}"),
+            call,
+            xgr.Grammar.from_ebnf(f"root ::= {_literal(HERMES_CLOSE)}"),
+        )
+        if not spec.allow_multiple:
+            return self._compile(one)
+        newline = xgr.Grammar.from_ebnf(f"root ::= {_literal(chr(10))}")
+        sequences = [one]
+        for count in range(2, spec.max_calls + 1):
+            parts = [one]
+            for _ in range(count - 1):
+                parts += [newline, one]
+            sequences.append(xgr.Grammar.concat(*parts))
+        return self._compile(xgr.Grammar.union(*sequences))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1][:300] if text else type(exc).__name__

@@ -1,0 +1,281 @@
+"""`compile(spec, tokenizer)`: check a spec, pick a backend, compile under a deadline, cache it.
+
+Backend choice ("auto"): for JSON specs, every keyword in schema position is checked against each
+backend's list of keywords it would *not* enforce. xgrammar is preferred; outlines is tried first
+only when it leaves fewer keywords unenforced. If the preferred backend fails to compile (an
+unsupported construct, or the deadline), the next one is tried. Whatever the chosen backend still
+does not enforce is never dropped silently: it is recorded in `Matcher.warnings` (and logged) and
+`Matcher.needs_validation` is set, so outputs are validated after generation. An explicit backend
+never falls back: its failure is raised.
+
+Compiles run in a daemon thread joined with a timeout (`timeout_s`), and specs larger than
+`max_spec_bytes` are refused up front, so a pathological schema costs at most the deadline — it
+never hangs the caller (the abandoned compile may keep one core busy until it finishes; both
+libraries release the GIL while compiling).
+
+Compiled grammars are cached (LRU) by (canonical spec, tokenizer fingerprint, requested backend);
+each `compile` call returns a fresh `Matcher` over the shared compiled grammar.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from parley.constrained.backends.base import CompiledGrammar, GrammarBackend, JsonOptions
+from parley.constrained.errors import (
+    CompileLimitError,
+    ConstrainedError,
+    InvalidRegexError,
+    InvalidSpecError,
+    UnsupportedSpecError,
+)
+from parley.constrained.matcher import Matcher
+from parley.constrained.schema_support import (
+    KeywordUse,
+    check_schema,
+    rewrite_patterns,
+    scan_keywords,
+    strip_keywords,
+)
+from parley.constrained.specs import Choice, Grammar, JsonSchema, Regex, Spec, ToolCalls
+from parley.constrained.tokenizer_info import TokenizerInfo, tokenizer_info
+
+BackendName = Literal["auto", "xgrammar", "outlines"]
+logger = logging.getLogger("parley.constrained")
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_MAX_SPEC_BYTES = 2_000_000
+
+
+@dataclass(frozen=True)
+class CompiledSpec:
+    """A cache entry: the backend's compiled grammar plus what the matcher must carry."""
+
+    compiled: CompiledGrammar
+    backend: str
+    warnings: tuple[str, ...]
+    needs_validation: bool
+
+
+class CompileCache:
+    """A thread-safe LRU of compiled specs."""
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, str, str], CompiledSpec] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[str, str, str]) -> CompiledSpec | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry
+
+    def put(self, key: tuple[str, str, str], entry: CompiledSpec) -> None:
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+compile_cache = CompileCache()
+
+
+def _backend(name: str, tok: TokenizerInfo) -> GrammarBackend:
+    if name == "xgrammar":
+        from parley.constrained.backends.xgrammar import XGrammarBackend
+
+        return XGrammarBackend(tok)
+    if name == "outlines":
+        from parley.constrained.backends.outlines import OutlinesBackend
+
+        return OutlinesBackend(tok)
+    raise InvalidSpecError(f"unknown backend {name!r} (expected 'auto', 'xgrammar' or 'outlines')")
+
+
+def _unenforced(name: str, uses: list[KeywordUse]) -> list[KeywordUse]:
+    if name == "xgrammar":
+        from parley.constrained.backends import xgrammar
+
+        return xgrammar.unenforced(uses)
+    from parley.constrained.backends import outlines
+
+    return outlines.unenforced(uses)
+
+
+def _with_deadline(work: Callable[[], CompiledGrammar], timeout_s: float | None, what: str) -> CompiledGrammar:
+    if timeout_s is None:
+        return work()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="parley-compile", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise CompileLimitError(f"compiling {what} took longer than {timeout_s:g} s (timeout_s)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def _json_options(spec: JsonSchema | ToolCalls) -> JsonOptions:
+    any_order = spec.any_order if isinstance(spec, JsonSchema) else False
+    return JsonOptions(spec.whitespace == "compact", spec.max_whitespace, spec.strict, any_order)
+
+
+def _schema_of(spec: JsonSchema | ToolCalls) -> Any:
+    if isinstance(spec, JsonSchema):
+        return spec.schema_dict()
+    return spec.output_schema()
+
+
+def _candidates(requested: str, spec: Spec, uses: list[KeywordUse]) -> list[str]:
+    if requested != "auto":
+        return [requested]
+    if isinstance(spec, Grammar):
+        return ["xgrammar"]
+    if isinstance(spec, (JsonSchema, ToolCalls)) and len(_unenforced("outlines", uses)) < len(
+        _unenforced("xgrammar", uses)
+    ):
+        return ["outlines", "xgrammar"]
+    return ["xgrammar", "outlines"]
+
+
+def _compile_uncached(
+    spec: Spec, tok: TokenizerInfo, requested: str, timeout_s: float | None, max_spec_bytes: int | None
+) -> CompiledSpec:
+    canonical = spec.canonical()
+    if max_spec_bytes is not None and len(canonical.encode()) > max_spec_bytes:
+        raise CompileLimitError(
+            f"{spec.kind} spec is {len(canonical.encode())} bytes, over the bound of {max_spec_bytes} (max_spec_bytes)"
+        )
+    uses: list[KeywordUse] = []
+    schema: Any = None
+    if isinstance(spec, (JsonSchema, ToolCalls)):
+        schema = _schema_of(spec)
+        if isinstance(spec, ToolCalls):
+            for tool in spec.tools:
+                check_schema(tool.parameters)
+        check_schema(schema)
+        schema = rewrite_patterns(schema)
+        uses = scan_keywords(schema)
+    elif isinstance(spec, Regex):
+        try:
+            re.compile(spec.pattern)
+        except re.error as exc:
+            raise InvalidRegexError(f"invalid regex {spec.pattern!r}: {exc}") from None
+    elif isinstance(spec, Grammar) and not spec.ebnf.strip():
+        from parley.constrained.errors import GrammarSyntaxError
+
+        raise GrammarSyntaxError("empty grammar")
+
+    errors: list[ConstrainedError] = []
+    for name in _candidates(requested, spec, uses):
+        backend = _backend(name, tok)
+        missing = backend.unenforced(uses)
+        work: Callable[[], CompiledGrammar]
+        if isinstance(spec, JsonSchema):
+            stripped = strip_keywords(schema, _strip_set(name, missing))
+            work = lambda b=backend, s=stripped: b.json_schema(s, _json_options(spec))  # noqa: E731
+        elif isinstance(spec, ToolCalls):
+            work = lambda b=backend: b.tool_calls(spec, _json_options(spec))  # noqa: E731
+        elif isinstance(spec, Regex):
+            work = lambda b=backend: b.regex(spec.pattern)  # noqa: E731
+        elif isinstance(spec, Grammar):
+            work = lambda b=backend: b.grammar(spec.ebnf, spec.root)  # noqa: E731
+        elif isinstance(spec, Choice):
+            work = lambda b=backend: b.choice(spec.options)  # noqa: E731
+        else:
+            raise InvalidSpecError(f"not a constrained-decoding spec: {type(spec).__name__}")
+        try:
+            compiled = _with_deadline(work, timeout_s, f"a {spec.kind} spec with {name}")
+        except (UnsupportedSpecError, CompileLimitError) as exc:
+            errors.append(exc)
+            logger.info("backend %s could not compile %s: %s", name, spec.kind, exc)
+            continue
+        warnings = tuple(
+            f"{name} does not enforce {use.keyword!r} at {use.path}; outputs are validated after generation"
+            for use in missing
+        )
+        for warning in warnings:
+            logger.warning(warning)
+        return CompiledSpec(compiled, name, warnings, bool(warnings))
+    if len(errors) == 1:
+        raise errors[0]
+    detail = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
+    if all(isinstance(e, CompileLimitError) for e in errors):
+        raise CompileLimitError(f"no backend compiled the spec in time: {detail}")
+    raise UnsupportedSpecError(f"no backend can compile the spec: {detail}")
+
+
+def _strip_set(name: str, missing: list[KeywordUse]) -> set[tuple[str, str]]:
+    if name != "xgrammar":
+        return set()
+    from parley.constrained.backends.xgrammar import STRIPPED
+
+    return {(use.keyword, use.path) for use in missing if use.keyword in STRIPPED}
+
+
+def compile(  # noqa: A001 - the public name the design fixes
+    spec: Spec,
+    tokenizer: Any,
+    *,
+    backend: BackendName = "auto",
+    vocab_size: int | None = None,
+    stop_token_ids: Sequence[int] | None = None,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    max_spec_bytes: int | None = DEFAULT_MAX_SPEC_BYTES,
+    cache: CompileCache | None = None,
+) -> Matcher:
+    """Compile `spec` for `tokenizer` (a Hugging Face tokenizer or a `TokenizerInfo`) into a fresh `Matcher`.
+
+    `vocab_size` is the model's logits width (pass `model.config.vocab_size`; defaults to the
+    tokenizer's size). Raises `InvalidSpecError` subclasses for malformed specs,
+    `UnsupportedSpecError` when no backend can compile it, `CompileLimitError` past the bounds.
+    """
+    if backend not in ("auto", "xgrammar", "outlines"):
+        raise InvalidSpecError(f"unknown backend {backend!r} (expected 'auto', 'xgrammar' or 'outlines')")
+    if not isinstance(spec, (JsonSchema, Regex, Grammar, Choice, ToolCalls)):
+        raise InvalidSpecError(f"not a constrained-decoding spec: {type(spec).__name__}")
+    tok = tokenizer_info(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_token_ids)
+    store = compile_cache if cache is None else cache
+    key = (spec.canonical(), tok.fingerprint, backend)
+    entry = store.get(key)
+    if entry is None:
+        entry = _compile_uncached(spec, tok, backend, timeout_s, max_spec_bytes)
+        store.put(key, entry)
+    return Matcher(
+        spec,
+        entry.backend,
+        entry.compiled.new_matcher(),
+        tok,
+        warnings=entry.warnings,
+        needs_validation=entry.needs_validation,
+    )

@@ -1,0 +1,224 @@
+"""JSON Schema intake: check a schema, find keywords a backend would drop, rewrite it for grammars.
+
+Three jobs, done before any backend sees a schema:
+
+1. `check_schema` — reject what is not a schema: wrong type, unknown `$schema` dialect, metaschema
+   violations, `$ref`s that do not resolve inside the document (remote refs are never fetched).
+2. `scan_keywords` — list every keyword in schema position with its JSON path. Backends declare
+   which keywords they do not enforce; those must never pass silently (the compiler records a
+   warning and flags the matcher for validation of its output).
+3. `rewrite_patterns` — JSON Schema `pattern` / `patternProperties` use *search* semantics
+   (`"^/"` means "starts with /"), grammar backends match the whole string; patterns are rewritten
+   to the equivalent full match.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from parley.constrained.errors import (
+    InvalidRegexError,
+    InvalidSchemaError,
+    UnresolvableRefError,
+    UnsupportedDraftError,
+)
+
+# Keywords whose values are maps from names to subschemas.
+_SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+# Keywords whose values are a subschema or a list of subschemas.
+_SCHEMA_VALUES = {
+    "items", "additionalItems", "prefixItems", "contains", "additionalProperties", "propertyNames",
+    "not", "if", "then", "else", "unevaluatedItems", "unevaluatedProperties", "allOf", "anyOf", "oneOf",
+}  # fmt: skip
+# Keywords whose values are data, never schemas.
+_DATA = {"enum", "const", "default", "examples", "example", "required", "description", "title"}
+
+_DRAFTS = {
+    "http://json-schema.org/draft-04/schema",
+    "http://json-schema.org/draft-06/schema",
+    "http://json-schema.org/draft-07/schema",
+    "https://json-schema.org/draft/2019-09/schema",
+    "https://json-schema.org/draft/2020-12/schema",
+}
+
+
+@dataclass(frozen=True)
+class KeywordUse:
+    """A keyword at a JSON path of the schema (e.g. `uniqueItems` at `$.properties.tags`)."""
+
+    keyword: str
+    path: str
+    schema: Any
+
+
+def _child(path: str, key: str | int) -> str:
+    return f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}"
+
+
+def iter_subschemas(schema: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every object subschema of `schema` with its path (data keywords are not descended into)."""
+    if not isinstance(schema, dict):
+        return
+    yield path, schema
+    for key, value in schema.items():
+        if key in _DATA:
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            for name, sub in value.items():
+                yield from iter_subschemas(sub, _child(_child(path, key), name))
+        elif key in _SCHEMA_VALUES or key == "dependencies":
+            if isinstance(value, list):
+                for i, sub in enumerate(value):
+                    yield from iter_subschemas(sub, _child(_child(path, key), i))
+            elif key == "dependencies" and isinstance(value, dict):
+                for name, sub in value.items():
+                    yield from iter_subschemas(sub, _child(_child(path, key), name))
+            else:
+                yield from iter_subschemas(value, _child(path, key))
+
+
+def scan_keywords(schema: Any) -> list[KeywordUse]:
+    """Every keyword used in schema position, in document order."""
+    return [KeywordUse(k, p, sub) for p, sub in iter_subschemas(schema) for k in sub]
+
+
+def check_schema(schema: Any) -> None:
+    """Raise a typed `InvalidSchemaError` unless `schema` is a usable JSON Schema."""
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise InvalidSchemaError(f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}")
+    import jsonschema
+    from jsonschema.exceptions import SchemaError
+
+    dialect = schema.get("$schema")
+    if dialect is not None:
+        if not isinstance(dialect, str) or dialect.rstrip("#") not in _DRAFTS:
+            raise UnsupportedDraftError(
+                f"unsupported $schema {dialect!r}; supported: Draft 4, 6, 7, 2019-09 and 2020-12"
+            )
+    validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        validator_cls.check_schema(schema)
+    except SchemaError as exc:
+        where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
+        raise InvalidSchemaError(f"not a valid JSON Schema at {where}: {exc.message}") from None
+    _check_refs(schema)
+    for use in scan_keywords(schema):
+        if use.keyword == "pattern" and isinstance(use.schema.get("pattern"), str):
+            _check_regex(use.schema["pattern"], use.path)
+        if use.keyword == "patternProperties" and isinstance(use.schema.get("patternProperties"), dict):
+            for pattern in use.schema["patternProperties"]:
+                _check_regex(pattern, use.path)
+
+
+def _check_regex(pattern: str, path: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise InvalidRegexError(f"invalid regex {pattern!r} at {path}: {exc}") from None
+
+
+def _check_refs(schema: dict[str, Any]) -> None:
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012, specification_with
+
+    dialect = schema.get("$schema")
+    specification = specification_with(dialect, default=DRAFT202012) if isinstance(dialect, str) else DRAFT202012
+    resource = specification.create_resource(schema)
+    raw_base = schema.get("$id", schema.get("id"))
+    base = raw_base if isinstance(raw_base, str) else ""
+    resolver = Registry().with_resource(base, resource).resolver(base_uri=base)
+    nested_ids = any("$id" in sub or "id" in sub for path, sub in iter_subschemas(schema) if path != "$")
+    for path, sub in iter_subschemas(schema):
+        ref = sub.get("$ref")
+        if not isinstance(ref, str):
+            continue
+        if not ref.startswith("#") and "://" in ref:
+            raise UnresolvableRefError(f"remote $ref {ref!r} at {path} is not fetched; inline it or use $defs")
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            if nested_ids and not ref.startswith("#/"):
+                continue  # relative to a nested $id: resolvable only with base tracking; validation checks it
+            raise UnresolvableRefError(f"$ref {ref!r} at {path} does not resolve inside the schema") from None
+        except Exception as exc:  # malformed pointers and the like
+            raise UnresolvableRefError(f"$ref {ref!r} at {path} cannot be resolved: {exc}") from None
+
+
+def _split_top_level(pattern: str) -> list[str]:
+    """Split a regex on `|` outside groups and classes."""
+    parts, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "]":
+                i += 1
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    parts.append(pattern[start:])
+    return parts
+
+
+def _ends_with_anchor(alt: str) -> bool:
+    if not alt.endswith("$"):
+        return False
+    backslashes = len(alt) - 1 - len(alt[:-1].rstrip("\\"))
+    return backslashes % 2 == 0
+
+
+def full_match_pattern(pattern: str) -> str:
+    """The full-match regex equivalent to JSON Schema's search-semantics `pattern`."""
+    alternatives = []
+    for alt in _split_top_level(pattern):
+        head = alt[1:] if alt.startswith("^") else ".*" + alt if alt else ".*"
+        if _ends_with_anchor(head):
+            head = head[:-1]
+        elif not head.endswith(".*"):
+            head = head + ".*"
+        alternatives.append(head)
+    if len(alternatives) == 1:
+        return alternatives[0]
+    return "(?:" + ")|(?:".join(alternatives) + ")"
+
+
+def rewrite_patterns(schema: Any) -> Any:
+    """A copy of `schema` with `pattern` and `patternProperties` keys turned into full-match regexes."""
+    if not isinstance(schema, dict):
+        return schema
+    out = copy.deepcopy(schema)
+    for _, sub in iter_subschemas(out):
+        if isinstance(sub.get("pattern"), str):
+            sub["pattern"] = full_match_pattern(sub["pattern"])
+        props = sub.get("patternProperties")
+        if isinstance(props, dict):
+            sub["patternProperties"] = {full_match_pattern(k): v for k, v in props.items()}
+    return out
+
+
+def strip_keywords(schema: Any, drop: set[tuple[str, str]]) -> Any:
+    """A copy of `schema` without the given (keyword, path) uses."""
+    if not isinstance(schema, dict) or not drop:
+        return schema
+    out = copy.deepcopy(schema)
+    for path, sub in iter_subschemas(out):
+        for keyword in [k for k in sub if (k, path) in drop]:
+            del sub[keyword]
+    return out

@@ -1,0 +1,143 @@
+"""`validate(output, spec)`: check a finished output against its spec, return the parsed value.
+
+Masks make outputs *likely* valid; this makes it certain. It runs after constrained generation when
+`Matcher.needs_validation` is set (or always, in debug mode) and on hosted backends, whose outputs
+were never masked. JSON Schemas are checked with `jsonschema` (the dialect named by `$schema`,
+Draft 2020-12 by default, formats checked), pydantic models with pydantic (the model instance is
+returned). Failures raise `ValidationFailed` naming the JSON path and the failing keyword.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from parley.constrained.errors import InvalidSpecError, ValidationFailed
+from parley.constrained.specs import HERMES_CLOSE, HERMES_OPEN, Choice, Grammar, JsonSchema, Regex, Spec, ToolCalls
+
+
+def _json_path(parts: Any) -> str:
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+
+
+def _parse_json(output: Any) -> Any:
+    if isinstance(output, (bytes, bytearray)):
+        output = output.decode("utf-8", errors="strict")
+    if not isinstance(output, str):
+        return output
+    try:
+        return json.loads(output)
+    except json.JSONDecodeError as exc:
+        raise ValidationFailed(
+            f"output is not JSON: {exc.msg} at char {exc.pos}", keyword="json", text=output
+        ) from None
+
+
+def validate_schema_value(value: Any, schema: Any, *, prefix: str = "$") -> None:
+    """Raise `ValidationFailed` unless `value` satisfies the JSON Schema `schema`."""
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except jsonschema.exceptions.SchemaError as exc:
+        raise InvalidSpecError(f"the schema is invalid: {exc.message}") from None
+    except Exception as exc:  # e.g. unresolvable $ref met during validation
+        raise InvalidSpecError(f"cannot validate against this schema: {exc}") from None
+    if error is not None:
+        path = prefix + _json_path(error.absolute_path)[1:]
+        raise ValidationFailed(error.message, path=path, keyword=str(error.validator))
+
+
+def _validate_json(output: Any, spec: JsonSchema) -> Any:
+    model = spec.model
+    if model is not None:
+        from pydantic import ValidationError
+
+        try:
+            if isinstance(output, (str, bytes, bytearray)):
+                return model.model_validate_json(output)
+            return model.model_validate(output)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValidationFailed(first["msg"], path=_json_path(first["loc"]), keyword=first["type"]) from None
+    value = _parse_json(output)
+    validate_schema_value(value, spec.schema_dict())
+    return value
+
+
+def _validate_grammar(output: str, spec: Grammar) -> str:
+    import xgrammar as xgr
+
+    grammar = xgr.Grammar.from_ebnf(spec.ebnf, root_rule_name=spec.root)
+    compiled = xgr.GrammarCompiler(xgr.TokenizerInfo([]), max_threads=1, cache_enabled=False).compile_grammar(grammar)
+    matcher = xgr.GrammarMatcher(compiled, terminate_without_stop_token=True)
+    if not (matcher.accept_string(output) and matcher.is_completed()):
+        raise ValidationFailed("output is not a sentence of the grammar", keyword="grammar", text=output)
+    return output
+
+
+_HERMES_CALL = re.compile(re.escape(HERMES_OPEN) + r"(.*?)" + re.escape(HERMES_CLOSE), re.DOTALL)
+
+
+def parse_tool_calls(output: str, spec: ToolCalls) -> list[Any]:
+    """The call objects of a tool-call output (no argument validation)."""
+    if spec.format == "json":
+        value = _parse_json(output)
+        return value if isinstance(value, list) and spec.allow_multiple else [value]
+    calls, cursor = [], 0
+    for match in _HERMES_CALL.finditer(output):
+        if output[cursor : match.start()].strip():
+            raise ValidationFailed("text outside <tool_call> tags", path=f"$[{len(calls)}]", keyword="format")
+        calls.append(_parse_json(match.group(1)))
+        cursor = match.end()
+    if output[cursor:].strip() or not calls:
+        raise ValidationFailed("output is not <tool_call>{...}</tool_call>", path=f"$[{len(calls)}]", keyword="format")
+    return calls
+
+
+def _validate_tool_calls(output: Any, spec: ToolCalls) -> list[dict[str, Any]]:
+    calls = parse_tool_calls(output, spec) if isinstance(output, str) else list(output)
+    if len(calls) > (spec.max_calls if spec.allow_multiple else 1):
+        raise ValidationFailed(f"{len(calls)} tool calls, at most {spec.max_calls if spec.allow_multiple else 1}",
+                               keyword="maxItems")  # fmt: skip
+    for i, call in enumerate(calls):
+        if not isinstance(call, dict) or set(call) != {"name", "arguments"}:
+            raise ValidationFailed('a call is {"name": ..., "arguments": {...}}', path=f"$[{i}]", keyword="required")
+        schema = spec.schema_for(call["name"]) if isinstance(call["name"], str) else None
+        if schema is None:
+            names = [t.name for t in spec.tools]
+            raise ValidationFailed(f"unknown tool {call['name']!r}; tools: {names}", path=f"$[{i}].name",
+                                   keyword="tool_name")  # fmt: skip
+        validate_schema_value(call["arguments"], schema, prefix=f"$[{i}].arguments")
+    return calls
+
+
+def validate(output: Any, spec: Spec | dict[str, Any] | type) -> Any:
+    """Validate `output` (text, or an already parsed value for JSON specs) and return the parsed value.
+
+    `spec` may also be a bare JSON Schema dict or a pydantic model class. JSON specs return the
+    parsed value (a model instance for pydantic), `ToolCalls` the list of call dicts, text specs
+    the text. Raises `ValidationFailed` (path + keyword) on mismatch.
+    """
+    if isinstance(spec, (dict, type)):
+        spec = JsonSchema(spec)
+    if isinstance(spec, JsonSchema):
+        return _validate_json(output, spec)
+    if isinstance(spec, ToolCalls):
+        return _validate_tool_calls(output, spec)
+    if not isinstance(output, str):
+        raise ValidationFailed(f"expected text, got {type(output).__name__}", keyword="type")
+    if isinstance(spec, Regex):
+        if re.fullmatch(spec.pattern, output, flags=re.DOTALL) is None:
+            raise ValidationFailed(f"output does not match {spec.pattern!r}", keyword="regex", text=output)
+        return output
+    if isinstance(spec, Choice):
+        if output not in spec.options:
+            raise ValidationFailed(f"output {output!r} is not one of {list(spec.options)}", keyword="choice")
+        return output
+    if isinstance(spec, Grammar):
+        return _validate_grammar(output, spec)
+    raise InvalidSpecError(f"not a constrained-decoding spec: {type(spec).__name__}")
