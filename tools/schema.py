@@ -12,6 +12,7 @@ called `schema`, `json` or `model_config` without clashing with pydantic's own a
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import sys
@@ -59,12 +60,17 @@ class ArgumentModel:
         return args, values
 
 
+def _printable(text: str) -> str:
+    """Field names come from the model's JSON: keep them from carrying control characters into messages."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
 def _describe(exc: ValidationError) -> str:
     """A short, model-facing summary of a validation error: field path and expectation, never the input."""
     parts: list[str] = []
     errors = exc.errors(include_url=False, include_input=False, include_context=False)
     for error in errors[:_MAX_REPORTED_ERRORS]:
-        loc = ".".join(str(p)[:40] for p in error["loc"]) or "arguments"
+        loc = ".".join(_printable(str(p)[:40]) for p in error["loc"]) or "arguments"
         parts.append(f"{loc}: {error['msg']}")
     if len(errors) > _MAX_REPORTED_ERRORS:
         parts.append(f"and {len(errors) - _MAX_REPORTED_ERRORS} more")
@@ -117,6 +123,15 @@ def _definition_locals() -> dict[str, Any]:
     return dict(frame.f_locals) if frame is not None else {}
 
 
+def hint_target(function: Callable[..., Any]) -> Any:
+    """Where the annotations live: the wrapped function of a `functools.partial`, `__call__` of an instance."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    if inspect.isfunction(function) or inspect.ismethod(function) or inspect.isbuiltin(function):
+        return function
+    return getattr(type(function), "__call__", function)  # noqa: B004
+
+
 def build_argument_model(function: Callable[..., Any], *, name: str, docstring: Docstring) -> ArgumentModel:
     """Build the strict argument model of `function` (see the module docstring)."""
     try:
@@ -124,10 +139,11 @@ def build_argument_model(function: Callable[..., Any], *, name: str, docstring: 
     except (TypeError, ValueError) as exc:
         raise ToolDefinitionError(f"tool {name!r}: cannot read the signature of {function!r}: {exc}") from None
     try:
+        target = hint_target(function)
         try:
-            hints = typing.get_type_hints(function, include_extras=True)
+            hints = typing.get_type_hints(target, include_extras=True)
         except NameError:
-            hints = typing.get_type_hints(function, localns=_definition_locals(), include_extras=True)
+            hints = typing.get_type_hints(target, localns=_definition_locals(), include_extras=True)
     except Exception as exc:  # NameError for an unresolvable forward reference, among others
         raise ToolDefinitionError(
             f"tool {name!r}: cannot resolve the type hints of {getattr(function, '__qualname__', function)!r} "

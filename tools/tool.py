@@ -20,6 +20,7 @@ argument schema comes from the type hints (see `parley.tools.schema`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import re
 import threading
@@ -32,7 +33,7 @@ from parley.tools.context import ToolContext
 from parley.tools.docstrings import parse_docstring
 from parley.tools.errors import ToolDefinitionError, ToolError
 from parley.tools.policy import NeedsApproval, approval_required, check_approval_option
-from parley.tools.schema import ArgumentModel, build_argument_model
+from parley.tools.schema import ArgumentModel, build_argument_model, hint_target
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 MAX_RETRIES = 10
@@ -44,6 +45,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _is_async_callable(function: Callable[..., Any]) -> bool:
     call = getattr(function, "__call__", None)  # noqa: B004 - async __call__ on callable objects
     return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
+
+
+def _docstring_of(function: Callable[..., Any]) -> str | None:
+    """The docstring a user means: the wrapped function's for a partial, `__call__`'s or the class's for an
+    instance (never `functools.partial`'s own)."""
+    target = hint_target(function)
+    doc = inspect.getdoc(target)
+    if doc is None and target is not function and not isinstance(function, functools.partial):
+        doc = inspect.getdoc(type(function))
+    return doc
 
 
 async def run_in_daemon_thread(function: Callable[[], Any]) -> Any:
@@ -107,7 +118,11 @@ class Tool:
     ) -> None:
         if not callable(function):
             raise ToolDefinitionError(f"a tool needs a callable, not {type(function).__name__}")
+        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            raise ToolDefinitionError(f"{function!r} is a generator; a tool must return (or await to) one value")
         tool_name = name if name is not None else getattr(function, "__name__", None)
+        if tool_name is None:
+            raise ToolDefinitionError(f"cannot infer a tool name from {function!r}; pass name=...")
         if not isinstance(tool_name, str) or not _NAME.match(tool_name):
             raise ToolDefinitionError(
                 f"tool name {tool_name!r} is invalid: use 1-64 letters, digits, '_' or '-', "
@@ -125,7 +140,7 @@ class Tool:
             )
         if max_result_chars is not None and max_result_chars < 64:
             raise ToolDefinitionError(f"tool {tool_name!r}: max_result_chars must be at least 64")
-        docstring = parse_docstring(inspect.getdoc(function))
+        docstring = parse_docstring(_docstring_of(function))
         self.function = function
         self.name: str = tool_name
         self.description: str = description if description is not None else docstring.description

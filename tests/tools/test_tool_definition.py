@@ -212,3 +212,56 @@ def test_unsupported_signatures_fail_at_definition() -> None:
         tool(star)
     with pytest.raises(ToolDefinitionError, match="more than one ToolContext"):
         tool(two_contexts)
+
+
+def test_callables_without_a_name_and_generators_are_refused() -> None:
+    import functools
+
+    def gen(x: int) -> Any:
+        yield x
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    with pytest.raises(ToolDefinitionError, match="generator"):
+        tool(gen)
+    with pytest.raises(ToolDefinitionError, match="pass name="):
+        tool(functools.partial(add, 1))
+    add_one = tool(name="add_one")(functools.partial(add, 1))
+    assert add_one.validate_arguments('{"b": 2}') == {"b": 2} and add_one.description == ""
+
+
+def test_no_docstring_means_an_empty_description() -> None:
+    @tool
+    def bare(x: int) -> int:
+        return x
+
+    assert bare.description == "" and "description" not in bare.parameters["properties"]["x"]
+
+
+def test_hostile_field_names_do_not_carry_control_characters_into_messages() -> None:
+    @tool
+    def f(x: int) -> int:
+        return x
+
+    from parley.tools import ToolArgumentError
+
+    with pytest.raises(ToolArgumentError) as info:
+        f.validate_arguments('{"x": 1, "\\u001b[2Jevil": 2}')
+    assert "\x1b" not in str(info.value)
+
+
+def test_callable_objects_become_tools() -> None:
+    class Greeter:
+        async def __call__(self, name: str) -> str:
+            """Greet someone.
+
+            Args:
+                name: Who.
+            """
+            return f"hi {name}"
+
+    greet = tool(name="greet")(Greeter())
+    assert greet.is_async and greet.description == "Greet someone."
+    assert greet.parameters["properties"]["name"] == {"type": "string", "description": "Who."}
+    assert asyncio.run(greet.invoke(greet.validate_arguments('{"name": "Ann"}'))) == "hi Ann"
