@@ -1,0 +1,368 @@
+"""OpenAI Chat Completions wire JSON <-> parley envelopes (also vLLM and SGLang servers).
+
+Requests: system (and developer, as ``developer`` or ``system``) messages keep their place; an
+assistant message is one ``{"role": "assistant", "content", "tool_calls"}`` with arguments as JSON
+*strings*; every tool result is its own ``{"role": "tool", "tool_call_id", "content"}`` message.
+Reasoning is not sent back (Chat Completions has no field for it). Tool ids are limited to 40
+characters and rewritten deterministically when longer.
+
+Responses and streamed chunks (`StreamDecoder`, which assembles tool-call deltas by ``index``:
+id and name arrive only in the first chunk of each call) come back as assistant messages; the
+reasoning text of vLLM (``reasoning``) or SGLang (``reasoning_content``) becomes a reasoning
+part. `strict_json_schema` rewrites a JSON Schema into OpenAI's strict-mode subset.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from parley.protocol.envelope import Conversation, Message, Part, ReasoningPart, Role, TextPart, ToolCall, ToolResult
+from parley.protocol.errors import ProtocolError
+from parley.protocol.events import (
+    ErrorEvent,
+    Event,
+    MessageEnd,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from parley.protocol.tool_spec import ToolSpec
+
+ToolChoiceMode = Literal["auto", "none", "required"]
+MAX_ID_LENGTH = 40
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+
+
+def tool_id(call_id: str) -> str:
+    """An id OpenAI accepts (at most 40 characters): long ids are shortened with a stable hash."""
+    if 0 < len(call_id) <= MAX_ID_LENGTH:
+        return call_id
+    digest = hashlib.sha256(call_id.encode()).hexdigest()[:24]
+    return f"call_{digest}"
+
+
+def encode_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        function: dict[str, Any] = {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
+        if tool.strict:
+            function["strict"] = True
+            function["parameters"] = strict_json_schema(tool.parameters)
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def encode_tool_choice(mode: ToolChoiceMode = "auto", *, tool_name: str | None = None) -> str | dict[str, Any]:
+    if tool_name is not None:
+        return {"type": "function", "function": {"name": tool_name}}
+    if mode not in ("auto", "none", "required"):
+        raise ProtocolError(f"unknown tool choice {mode!r}")
+    return mode
+
+
+def encode_conversation(
+    conversation: Conversation | Sequence[Message], *, developer_role: bool = False
+) -> list[dict[str, Any]]:
+    """Chat Completions ``messages``; ``developer_role`` keeps developer messages as ``developer``."""
+    messages = list(conversation)
+    Conversation.model_construct(messages=messages).check_tool_pairing()
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.role
+        if role in (Role.SYSTEM, Role.DEVELOPER):
+            wire_role = "developer" if role is Role.DEVELOPER and developer_role else "system"
+            wire.append(_named({"role": wire_role, "content": message.text}, message))
+        elif role is Role.ASSISTANT:
+            entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+            calls = message.tool_calls
+            if calls:
+                entry["tool_calls"] = [
+                    {"id": tool_id(c.id), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in calls
+                ]
+            if entry["content"] is None and not calls:
+                continue  # reasoning-only turn: nothing Chat Completions can carry
+            wire.append(_named(entry, message))
+        elif role in (Role.USER, Role.TOOL):
+            for result in (p for p in message.parts if isinstance(p, ToolResult)):
+                wire.append({"role": "tool", "tool_call_id": tool_id(result.call_id), "content": result.content})
+            texts = [p.text for p in message.parts if isinstance(p, TextPart)]
+            if texts or (role is Role.USER and not message.tool_results):
+                wire.append(_named({"role": "user", "content": "".join(texts)}, message))
+        else:
+            raise ProtocolError(f"role {role!r} has no Chat Completions equivalent")
+    return wire
+
+
+def _named(entry: dict[str, Any], message: Message) -> dict[str, Any]:
+    if message.name and message.role is not Role.TOOL:
+        entry["name"] = message.name
+    return entry
+
+
+def build_request(
+    model: str,
+    conversation: Conversation | Sequence[Message],
+    tools: Sequence[ToolSpec] = (),
+    *,
+    tool_choice: ToolChoiceMode = "auto",
+    tool_name: str | None = None,
+    parallel_tool_calls: bool | None = None,
+    stream: bool = False,
+    developer_role: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A complete ``/v1/chat/completions`` body (``extra``: max_tokens, reasoning_effort, ...)."""
+    messages = encode_conversation(conversation, developer_role=developer_role)
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    if tools:
+        body["tools"] = encode_tools(tools)
+        body["tool_choice"] = encode_tool_choice(tool_choice, tool_name=tool_name)
+        if parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = parallel_tool_calls
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return body
+
+
+def response_format(schema: Mapping[str, Any], *, name: str = "output", strict: bool = True) -> dict[str, Any]:
+    """``response_format`` for a JSON Schema (strict mode rewrites it, see `strict_json_schema`)."""
+    safe_name = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:64] or "output"
+    body = strict_json_schema(schema) if strict else dict(schema)
+    return {"type": "json_schema", "json_schema": {"name": safe_name, "schema": body, "strict": strict}}
+
+
+def strict_json_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """OpenAI strict-mode subset: every object closed, every property required, optional ones nullable."""
+    result: dict[str, Any] = _strict(copy.deepcopy(dict(schema)))
+    return result
+
+
+def _strict(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strict(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    for key in ("items", "additionalItems", "not", "if", "then", "else", "contains"):
+        if key in node:
+            node[key] = _strict(node[key])
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        if key in node:
+            node[key] = _strict(node[key])
+    for key in ("$defs", "definitions"):
+        if isinstance(node.get(key), dict):
+            node[key] = {k: _strict(v) for k, v in node[key].items()}
+    properties = node.get("properties")
+    is_object = node.get("type") == "object" or isinstance(properties, dict)
+    if is_object:
+        properties = properties if isinstance(properties, dict) else {}
+        required = set(node.get("required") or [])
+        node["properties"] = {
+            name: _strict(sub) if name in required else _nullable(_strict(sub)) for name, sub in properties.items()
+        }
+        node["required"] = list(properties)
+        node["additionalProperties"] = False
+    return node
+
+
+def _nullable(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        if kind != "null":
+            schema["type"] = [kind, "null"]
+        if "enum" in schema and None not in schema["enum"]:
+            schema["enum"] = [*schema["enum"], None]
+        return schema
+    if isinstance(kind, list):
+        if "null" not in kind:
+            schema["type"] = [*kind, "null"]
+        return schema
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+# -- responses ---------------------------------------------------------------------------------
+@dataclass
+class DecodedResponse:
+    message: Message
+    finish_reason: str
+    usage: dict[str, Any]
+    id: str | None = None
+    model: str | None = None
+    refusal: str | None = None
+
+
+def _reasoning_of(payload: Mapping[str, Any]) -> str | None:
+    for key in REASONING_FIELDS:
+        value = payload.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def decode_response(body: Mapping[str, Any], *, provider: str = "openai") -> DecodedResponse:
+    """A Chat Completions response as an assistant message (first choice), finish reason and raw usage."""
+    if "error" in body and "choices" not in body:
+        raise ProtocolError(f"OpenAI error response: {body['error']}")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise ProtocolError("a Chat Completions response needs a non-empty 'choices' list")
+    choice = choices[0]
+    payload = choice.get("message")
+    if not isinstance(payload, Mapping):
+        raise ProtocolError("choice has no 'message' object")
+    parts: list[Part] = []
+    reasoning = _reasoning_of(payload)
+    if reasoning:
+        parts.append(ReasoningPart(text=reasoning, provider=provider))
+    content = payload.get("content")
+    if isinstance(content, str) and content:
+        parts.append(TextPart(text=content))
+    refusal = payload.get("refusal")
+    try:
+        for call in payload.get("tool_calls") or []:
+            function = call["function"]
+            arguments = function.get("arguments")
+            if isinstance(arguments, (dict, list)):
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            parts.append(ToolCall(id=str(call["id"]), name=str(function["name"]), arguments=arguments or "{}"))
+    except (KeyError, TypeError) as exc:
+        raise ProtocolError(f"malformed tool_calls in a Chat Completions response: {exc}") from None
+    finish = str(choice.get("finish_reason") or "stop")
+    if isinstance(refusal, str) and refusal:
+        parts.append(TextPart(text=refusal))
+        finish = "refusal"
+    return DecodedResponse(
+        message=Message(role=Role.ASSISTANT, parts=parts),
+        finish_reason=finish,
+        usage=dict(body.get("usage") or {}),
+        id=body.get("id"),
+        model=body.get("model"),
+        refusal=refusal if isinstance(refusal, str) else None,
+    )
+
+
+@dataclass
+class _CallState:
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+    started: bool = False
+
+
+@dataclass
+class StreamDecoder:
+    """Chat Completions stream chunks (dicts) -> parley events, assembling tool calls by ``index``.
+
+    Never raises: a malformed chunk becomes an `ErrorEvent`. `usage` is the final usage chunk's.
+    """
+
+    provider: str = "openai"
+    usage: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str | None = None
+    model: str | None = None
+    id: str | None = None
+    done: bool = False
+    messages: list[Message] = field(default_factory=list)
+    _text: str = ""
+    _reasoning: str = ""
+    _calls: dict[int, _CallState] = field(default_factory=dict)
+
+    def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
+        try:
+            return self._feed(chunk)
+        except Exception as exc:
+            return [ErrorEvent(code="malformed_chunk", message=f"{type(exc).__name__}: {exc}")]
+
+    def _feed(self, chunk: Mapping[str, Any]) -> list[Event]:
+        if "error" in chunk and "choices" not in chunk:
+            error = chunk["error"] if isinstance(chunk["error"], Mapping) else {"message": str(chunk["error"])}
+            return [ErrorEvent(code=str(error.get("type") or error.get("code") or "error"),
+                               message=str(error.get("message")))]
+        self.id = chunk.get("id", self.id)
+        self.model = chunk.get("model", self.model)
+        if chunk.get("usage"):
+            self.usage = dict(chunk["usage"])
+        events: list[Event] = []
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue  # parley asks for one choice
+            delta = choice.get("delta") or {}
+            reasoning = _reasoning_of(delta)
+            if reasoning:
+                self._reasoning += reasoning
+                events.append(ReasoningDelta(text=reasoning))
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text += content
+                events.append(TextDelta(text=content, channel="final"))
+            for call in delta.get("tool_calls") or []:
+                events += self._call_delta(call)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+        return events
+
+    def _call_delta(self, call: Mapping[str, Any]) -> list[Event]:
+        index = int(call.get("index", len(self._calls)))
+        state = self._calls.setdefault(index, _CallState(index=index))
+        function = call.get("function") or {}
+        state.id = state.id or str(call.get("id") or "")
+        state.name += str(function.get("name") or "") if not state.started else ""
+        events: list[Event] = []
+        if not state.started and state.name:
+            state.id = state.id or f"call_{index}"
+            state.started = True
+            events.append(ToolCallStart(index=index, id=state.id, name=state.name))
+        fragment = function.get("arguments")
+        if isinstance(fragment, str) and fragment:
+            state.arguments += fragment
+            if state.started:
+                events.append(ToolCallDelta(index=index, arguments_delta=fragment))
+        return events
+
+    def message(self) -> Message:
+        parts: list[Part] = []
+        if self._reasoning:
+            parts.append(ReasoningPart(text=self._reasoning, provider=self.provider))
+        if self._text:
+            parts.append(TextPart(text=self._text))
+        for index in sorted(self._calls):
+            state = self._calls[index]
+            parts.append(ToolCall(id=state.id or f"call_{index}", name=state.name, arguments=state.arguments or "{}"))
+        return Message(role=Role.ASSISTANT, parts=parts)
+
+    def finish(self) -> list[Event]:
+        """Close the message: `ToolCallEnd` per call (an `ErrorEvent` for unusable ones), then `MessageEnd`."""
+        if self.done:
+            return []
+        self.done = True
+        events: list[Event] = []
+        message = self.message()
+        for index, call in zip(sorted(self._calls), message.tool_calls, strict=True):
+            state = self._calls[index]
+            if not state.started:
+                events.append(ToolCallStart(index=index, id=call.id, name=call.name))
+                if state.arguments:
+                    events.append(ToolCallDelta(index=index, arguments_delta=state.arguments))
+            try:
+                call.parsed_arguments()
+            except ProtocolError as exc:
+                events.append(ErrorEvent(code="invalid_tool_call", message=str(exc)))
+            if not call.name:
+                events.append(ErrorEvent(code="invalid_tool_call", message=f"tool call {index} has no name"))
+            events.append(ToolCallEnd(index=index, call=call))
+        self.messages.append(message)
+        finish = self.finish_reason or "stop"
+        events.append(MessageEnd(message=message, finish_reason=finish))
+        return events
