@@ -15,7 +15,6 @@ becomes the developer message's `# Instructions`, together with the function too
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -201,9 +200,8 @@ class EnvelopeConverter:
             match = next((i for i, (_, r) in enumerate(self._open_calls) if r == author), None)
             if match is None:
                 call_id = self._new_id()
-                problems.append(
-                    ("orphan_tool_result", f"tool result from {author!r} answers no earlier call", OrphanToolResultError)
-                )
+                text = f"tool result from {author!r} answers no earlier call"
+                problems.append(("orphan_tool_result", text, OrphanToolResultError))
             else:
                 call_id = self._open_calls.pop(match)[0]
             parts = [ToolResult(call_id=call_id, name=name, content=content)]

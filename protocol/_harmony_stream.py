@@ -219,7 +219,8 @@ class StreamParser:
     def _token_bytes(self, token_id: int) -> bytes | None:
         if self._encoding is None and self._vocabulary_failed:
             if self._machine.state is not StreamState.SKIP:
-                self._machine.fail("vocabulary_unavailable", "no vocabulary to decode ordinary token ids", DecodeError)
+                message = "no vocabulary to decode ordinary token ids"
+                self._machine.fail("vocabulary_unavailable", message, VocabularyUnavailableError)
             return None
         if self._encoding is None:
             self._vocabulary_failed = True
@@ -229,7 +230,8 @@ class StreamParser:
                 self._machine.fail("vocabulary_unavailable", str(exc), VocabularyUnavailableError)
                 return None
             except Exception as exc:  # a corrupt vocabulary file must not break the no-raise promise
-                self._machine.fail("vocabulary_unavailable", f"could not load o200k_harmony: {exc}", DecodeError)
+                message = f"could not load o200k_harmony: {exc}"
+                self._machine.fail("vocabulary_unavailable", message, VocabularyUnavailableError)
                 return None
             self._vocabulary_failed = False
         try:

@@ -239,8 +239,10 @@ class HarmonyEncoding:
         """Encode text with every special-token string treated as plain text (the untrusted-text path)."""
         return self._base.encode_ordinary(text)
 
-    def encode(self, text: str, *, allowed_special: SpecialSpec = (), disallowed_special: SpecialSpec = "all") -> list[int]:
-        """tiktoken-style `encode`: allowed special strings become special ids; a disallowed one raises `EncodeError`."""
+    def encode(
+        self, text: str, *, allowed_special: SpecialSpec = (), disallowed_special: SpecialSpec = "all"
+    ) -> list[int]:
+        """tiktoken-style: an allowed special string becomes its id; a disallowed one raises `EncodeError`."""
         allowed = set(SPECIAL_TOKENS) if allowed_special == "all" else set(allowed_special)
         disallowed = set(SPECIAL_TOKENS) - allowed if disallowed_special == "all" else set(disallowed_special)
         ids: list[int] = []

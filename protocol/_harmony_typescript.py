@@ -71,7 +71,8 @@ def _object(schema: dict[str, Any], indent: str) -> str:
         out += f"{indent}// {schema['description']}\n"
     out += "{\n"
     properties = schema.get("properties")
-    required = {r for r in schema.get("required", []) if isinstance(r, str)} if isinstance(schema.get("required"), list) else set()
+    listed = schema.get("required")
+    required = {r for r in listed if isinstance(r, str)} if isinstance(listed, list) else set()
     if isinstance(properties, dict):
         for key, prop in properties.items():
             prop = prop if isinstance(prop, dict) else {}
@@ -123,12 +124,15 @@ def schema_to_typescript(schema: Any, indent: str = "") -> str:
     if kind == "object":
         return _object(schema, indent)
     if kind == "string":
-        literals = [f'"{v}"' for v in schema.get("enum", []) if isinstance(v, str)] if isinstance(schema.get("enum"), list) else []
+        values = schema.get("enum")
+        literals = [f'"{v}"' for v in values if isinstance(v, str)] if isinstance(values, list) else []
         return " | ".join(literals) if literals else "string"
     if kind in ("number", "integer"):
         return "number"
     if kind == "boolean":
         return "boolean"
+    if kind == "null":  # beyond the reference (which says `any`), for `anyOf [X, null]`
+        return "null"
     if kind == "array":
         return f"{schema_to_typescript(schema['items'], indent)}[]" if "items" in schema else "Array<any>"
     if isinstance(schema.get("anyOf"), list):

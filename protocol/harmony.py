@@ -63,7 +63,7 @@ from parley.protocol._harmony_types import (
 )
 from parley.protocol._harmony_typescript import schema_to_typescript
 from parley.protocol.envelope import Conversation, Message, Role
-from parley.protocol.errors import ProtocolError, UnknownRoleError
+from parley.protocol.errors import DecodeError, ProtocolError, UnknownRoleError
 from parley.protocol.events import MessageEnd
 from parley.protocol.tool_spec import ToolSpec
 
@@ -197,7 +197,7 @@ def parse_messages(
     strict: bool = True,
     encoding: HarmonyEncoding | None = None,
 ) -> list[HarmonyMessage]:
-    """Parse completion text or token ids into Harmony messages (the reference's `parse_messages_from_completion_tokens`).
+    """Parse completion text or token ids into Harmony messages (the reference's parse_messages_from_completion_tokens).
 
     The end of input ends the message in progress, so pass the completion without its stop token or
     with it. Strict: the first problem raises its typed error (`ParseError`, `UnknownRoleError`,
@@ -215,15 +215,15 @@ def parse_messages(
     else:
         vocabulary = encoding
         for token in completion:
-            special = SPECIAL_BY_ID.get(token)
-            if special is not None:
-                machine.special(special)
+            name = SPECIAL_BY_ID.get(token)
+            if name is not None:
+                machine.special(name)
                 continue
+            vocabulary = vocabulary or load_harmony_encoding()  # no vocabulary: a set-up error, raised
             try:
-                vocabulary = vocabulary or load_harmony_encoding()
                 data = vocabulary.token_bytes(token)
-            except ProtocolError as exc:
-                machine.fail("unknown_token", str(exc), type(exc))
+            except DecodeError as exc:
+                machine.fail("unknown_token", str(exc), DecodeError)
                 continue
             machine.data(data)
     machine.finish()
@@ -257,4 +257,3 @@ def parse_completion(
         _code, message, error_type = parser.errors[0]
         raise error_type(message)
     return [event.message for event in events if isinstance(event, MessageEnd)]
-

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,8 +69,7 @@ def _tool(tool: dict[str, Any]) -> ToolSpec:
 
 def _namespaces(raw: list[dict[str, Any]] | None) -> tuple[harmony.ToolNamespace, ...]:
     return tuple(
-        harmony.ToolNamespace(name=ns["name"], description=ns["description"], tools=tuple(_tool(t) for t in ns["tools"]))
-        for ns in raw or []
+        harmony.ToolNamespace(ns["name"], ns["description"], tuple(_tool(t) for t in ns["tools"])) for ns in raw or []
     )
 
 
@@ -230,7 +228,9 @@ def run_stream(case: dict[str, Any], encoding: HarmonyEncoding | None) -> None:
         assert errors, "the stream parser must report the malformed input as an ErrorEvent"
         # ...and strict non-streaming parsing raises a typed error on the same input.
         if not case["needs_token_ids"] or encoding is not None:
-            completion: Any = units(case["input"], encoding) if encoding else "".join(v for _, v in segments(case["input"]))
+            completion: Any = (
+                units(case["input"], encoding) if encoding else "".join(v for _, v in segments(case["input"]))
+            )
             with pytest.raises(ProtocolError):
                 harmony.parse_messages(completion, role=case["role"], strict=True, encoding=encoding)
         return
