@@ -1,0 +1,198 @@
+"""Paged KV block allocation with prefix caching by hash chain. Torch-free.
+
+The KV pool is `num_blocks` fixed-size blocks. A sequence's block table maps its token positions to
+blocks. A *full* block whose keys/values are computed gets a hash
+`H(parent hash, block tokens, extra)`, where `extra` (model identity + the request's tenant salt) enters
+the first block only: since every later hash chains through it, a block is never shared across weights
+or tenants. Later requests whose prompts start with the same full blocks reuse them (ref counted).
+
+Free blocks live in one LRU order: unhashed blocks are reused first, cached (hashed) blocks are evicted
+oldest-first, and a cached block freed by its last user keeps its hash until reused ("revived"
+otherwise). At lookup, at most `(prompt_len - 1) // block_size` blocks can hit, so the last prompt
+token is always computed (its logits are needed). Counters are monotonic, in tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from parley.local_engine.sequence import Sequence
+
+
+@dataclass
+class Block:
+    block_id: int
+    ref_count: int = 0
+    hash: bytes | None = None
+    token_ids: tuple[int, ...] = field(default_factory=tuple)
+
+
+def block_hash(parent: bytes | None, token_ids: list[int] | tuple[int, ...], extra: bytes = b"") -> bytes:
+    """Stable (not Python `hash()`, which is salted per process) 16-byte hash of one block in a chain."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(parent if parent is not None else b"\x00" * 16)
+    h.update(len(extra).to_bytes(4, "little"))
+    h.update(extra)
+    h.update(array("q", token_ids).tobytes())
+    return h.digest()
+
+
+def extra_key(model_identity: str, tenant: str | None) -> bytes:
+    """Length-prefixed so ("ab", "c") and ("a", "bc") never collide."""
+    parts = [model_identity.encode(), (tenant or "").encode()]
+    return b"".join(len(p).to_bytes(4, "little") + p for p in parts)
+
+
+class BlockManager:
+    """Allocates KV blocks to sequences and keeps the prefix cache."""
+
+    def __init__(
+        self, num_blocks: int, block_size: int, *, model_identity: str = "", enable_prefix_caching: bool = True
+    ) -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError("num_blocks and block_size must be >= 1")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.model_identity = model_identity
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))  # head = reused next
+        self.hash_to_block: dict[bytes, int] = {}
+        self.prefix_cache_queries = 0  # prompt tokens looked up
+        self.prefix_cache_hits = 0  # prompt tokens served from cache
+        self.evictions = 0  # cached blocks overwritten for reuse
+
+    # ------------------------------------------------------------------ hashing
+    def _ensure_hashes(self, seq: Sequence, num_full_blocks: int) -> None:
+        bs = self.block_size
+        extra = extra_key(self.model_identity, seq.tenant)
+        while len(seq.block_hashes) < num_full_blocks:
+            i = len(seq.block_hashes)
+            parent = seq.block_hashes[-1] if i else None
+            seq.block_hashes.append(block_hash(parent, seq.token_ids[i * bs : (i + 1) * bs], extra if i == 0 else b""))
+
+    # ------------------------------------------------------------------ lookup / admission
+    def lookup(self, seq: Sequence) -> list[int]:
+        """Block ids of the cached prefix of `seq` (never including the last token). Does not claim them."""
+        if not self.enable_prefix_caching:
+            return []
+        bs = self.block_size
+        cacheable = (seq.num_tokens - 1) // bs
+        self._ensure_hashes(seq, cacheable)
+        hits: list[int] = []
+        for i in range(cacheable):
+            bid = self.hash_to_block.get(seq.block_hashes[i])
+            if bid is None:
+                break
+            block = self.blocks[bid]
+            if block.token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs]):  # collision guard
+                break
+            hits.append(bid)
+        return hits
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def can_admit(self, seq: Sequence, hits: list[int], num_new_tokens: int) -> bool:
+        """Whether claiming `hits` and allocating room for `num_new_tokens` more tokens fits in the pool."""
+        revived = sum(1 for bid in hits if self.blocks[bid].ref_count == 0)
+        cached = len(hits) * self.block_size
+        new_blocks = self.blocks_needed(cached + num_new_tokens) - len(hits)
+        return revived + new_blocks <= len(self.free)
+
+    def admit(self, seq: Sequence, hits: list[int]) -> None:
+        """Claim the cached prefix blocks for `seq` (which holds no blocks yet) and count the lookup."""
+        assert not seq.block_table, "admit() expects a sequence without blocks"
+        for bid in hits:
+            block = self.blocks[bid]
+            if block.ref_count == 0:
+                del self.free[bid]
+            block.ref_count += 1
+            seq.block_table.append(bid)
+        cached = len(hits) * self.block_size
+        seq.num_computed_tokens = cached
+        self.prefix_cache_queries += seq.num_tokens
+        self.prefix_cache_hits += cached
+        if seq.num_cached_tokens is None:
+            seq.num_cached_tokens = cached
+
+    # ------------------------------------------------------------------ growth
+    def _take_free_block(self) -> int:
+        bid, _ = self.free.popitem(last=False)
+        block = self.blocks[bid]
+        if block.hash is not None:
+            if self.hash_to_block.get(block.hash) == bid:
+                del self.hash_to_block[block.hash]
+            block.hash = None
+            block.token_ids = ()
+            self.evictions += 1
+        block.ref_count = 1
+        return bid
+
+    def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        need = self.blocks_needed(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)
+        return need <= len(self.free)
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        """Grow `seq`'s block table to hold `num_new_tokens` more computed tokens; False (nothing taken) if full."""
+        need = self.blocks_needed(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)
+        if need > len(self.free):
+            return False
+        for _ in range(need):
+            seq.block_table.append(self._take_free_block())
+        return True
+
+    def commit(self, seq: Sequence) -> None:
+        """Register the hashes of `seq`'s blocks that became full and computed (call after a step)."""
+        if not self.enable_prefix_caching:
+            return
+        bs = self.block_size
+        full = min(seq.num_computed_tokens // bs, len(seq.block_table))
+        self._ensure_hashes(seq, full)
+        for i in range(full):
+            block = self.blocks[seq.block_table[i]]
+            if block.hash is not None:
+                continue
+            h = seq.block_hashes[i]
+            if h in self.hash_to_block:  # same content computed concurrently elsewhere: keep the first copy
+                continue
+            block.hash = h
+            block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            self.hash_to_block[h] = block.block_id
+
+    def free_sequence(self, seq: Sequence) -> None:
+        """Return every block of `seq` at once: leaf blocks first so shared roots are evicted last."""
+        for bid in reversed(seq.block_table):
+            block = self.blocks[bid]
+            block.ref_count -= 1
+            assert block.ref_count >= 0, f"block {bid} ref count went negative"
+            if block.ref_count == 0:
+                self.free[bid] = None  # cached: tail of the LRU (evicted last)
+                if block.hash is None:
+                    self.free.move_to_end(bid, last=False)  # uncached: reuse first
+        seq.block_table = []
+        seq.num_computed_tokens = 0
+
+    # ------------------------------------------------------------------ figures
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self.free)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "blocks_total": self.num_blocks,
+            "blocks_used": self.num_used_blocks,
+            "blocks_free": self.num_free_blocks,
+            "blocks_cached": len(self.hash_to_block),
+            "block_size": self.block_size,
+            "prefix_cache_queries": self.prefix_cache_queries,
+            "prefix_cache_hits": self.prefix_cache_hits,
+            "evictions": self.evictions,
+        }

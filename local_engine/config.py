@@ -1,0 +1,97 @@
+"""Engine and request configuration: plain dataclasses, validated at construction, torch-free.
+
+`EngineConfig` sizes the engine (KV pool, batching budget, admission); `SamplingParams` is what one
+request asks for. Both fail early with `InvalidRequestError`/`ValueError` so bad input never reaches
+the step loop, where an exception would hurt every request in the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from parley.local_engine.errors import InvalidRequestError
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine is sized. Every field has a CPU-friendly default.
+
+    - `block_size`: tokens per KV block. 16 (not 256) so short shared system prompts still hit the cache.
+    - `kv_cache_bytes` / `num_kv_blocks`: KV pool size; `num_kv_blocks` wins when both are set.
+    - `max_num_batched_tokens`: per-step token budget shared by decodes and prefill chunks.
+    - `max_num_seqs`: most sequences running at once.
+    - `max_waiting`: bounded admission queue; beyond it `AdmissionError`.
+    - `max_model_len`: context cap (None = the model's own).
+    - `enable_prefix_caching`: reuse full KV blocks across requests with the same hash chain.
+    - `num_threads`: torch intra-op threads on CPU (None = every core this process may use).
+    """
+
+    block_size: int = 16
+    kv_cache_bytes: int = 512 * 1024 * 1024
+    num_kv_blocks: int | None = None
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 64
+    max_waiting: int = 4096
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError("num_kv_blocks must be >= 1")
+        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1 or self.max_waiting < 0:
+            raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1, max_waiting >= 0")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What one request asks for. `temperature=0` is greedy; `seed` fixes this request's own random stream.
+
+    `stop_token_ids` and `stop` (strings) end the request with reason "stop"; the end-of-sequence token does
+    too unless `ignore_eos`. `logprobs=N` returns the chosen token's log-probability and the top N.
+    """
+
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        # Accept lists for convenience, store tuples so params stay hashable-ish and immutable.
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        object.__setattr__(self, "stop", stop)
+        self.validate()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> None:
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise InvalidRequestError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if not isinstance(self.temperature, (int, float)) or math.isnan(self.temperature) or self.temperature < 0:
+            raise InvalidRequestError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if math.isinf(self.temperature):
+            raise InvalidRequestError("temperature must be finite")
+        if not isinstance(self.top_p, (int, float)) or math.isnan(self.top_p) or not 0.0 < self.top_p <= 1.0:
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise InvalidRequestError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if self.logprobs is not None and (not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20):
+            raise InvalidRequestError(f"logprobs must be an integer in [0, 20], got {self.logprobs!r}")
+        if self.seed is not None and not isinstance(self.seed, int):
+            raise InvalidRequestError(f"seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.min_tokens, int) or self.min_tokens < 0:
+            raise InvalidRequestError(f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise InvalidRequestError("stop strings must be non-empty strings")

@@ -1,0 +1,528 @@
+"""The engine: validated submission, a background step loop, blocking and async front ends.
+
+One thread owns the model, the scheduler and every `Sequence`; callers talk to it through a
+thread-safe command queue and receive results through per-request sinks (an asyncio queue fed with
+`call_soon_threadsafe`, or a plain queue for the blocking API), so the asyncio side never blocks and
+never touches engine state. A step: drop requests past their deadline, schedule, run the model,
+sample, append tokens, finish what finished (returning its blocks), emit deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import queue
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from collections.abc import Sequence as Seq
+from typing import Any
+
+import torch
+
+from parley.local_engine import loader
+from parley.local_engine.block_manager import BlockManager
+from parley.local_engine.config import EngineConfig, SamplingParams
+from parley.local_engine.errors import (
+    AdmissionError,
+    EngineError,
+    InvalidRequestError,
+    ModelLoadError,
+    RequestAborted,
+)
+from parley.local_engine.hooks import ComposedHook, TokenHook
+from parley.local_engine.models.llama import LlamaArch, LlamaModel
+from parley.local_engine.outputs import GenerationOutput, StreamDelta, TokenLogprob
+from parley.local_engine.runner import CausalLM, ModelRunner
+from parley.local_engine.sampler import Sampler
+from parley.local_engine.scheduler import Scheduler, SchedulerOutput
+from parley.local_engine.sequence import Sequence
+
+Sink = Callable[[Any], None]
+_DEADLINE = "deadline"
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _as_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in names:
+        raise ValueError(f"unsupported dtype {dtype!r}; use one of {sorted(names)}")
+    return names[dtype]
+
+
+class _StepTimer:
+    """Exponential moving averages of measured step costs, for deadline admission."""
+
+    def __init__(self) -> None:
+        self.decode_step_s: float | None = None  # one step with decodes only
+        self.prefill_token_s: float | None = None  # per prompt token in prefill-heavy steps
+
+    def record(self, elapsed: float, num_tokens: int, num_decode: int) -> None:
+        a = 0.2
+        if num_tokens == num_decode:
+            self.decode_step_s = elapsed if self.decode_step_s is None else (1 - a) * self.decode_step_s + a * elapsed
+        elif num_tokens - num_decode >= 16:
+            per = elapsed / num_tokens
+            self.prefill_token_s = per if self.prefill_token_s is None else (1 - a) * self.prefill_token_s + a * per
+
+
+class Engine:
+    """Paged-KV continuous-batching engine over one model on one device."""
+
+    def __init__(
+        self,
+        model: CausalLM,
+        tokenizer: Any,
+        *,
+        model_id: str,
+        vocab_size: int,
+        max_model_len: int,
+        eos_token_ids: frozenset[int] = frozenset(),
+        config: EngineConfig | None = None,
+    ) -> None:
+        self.config = config or EngineConfig()
+        cfg = self.config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.vocab_size = vocab_size
+        self.max_model_len = min(max_model_len, cfg.max_model_len or max_model_len)
+        self.eos_token_ids = eos_token_ids
+        self.device = model.device
+        self.dtype = model.dtype
+        if self.device.type == "cpu":
+            torch.set_num_threads(cfg.num_threads or len(os.sched_getaffinity(0)))
+        num_blocks = cfg.num_kv_blocks
+        if num_blocks is None:
+            num_blocks = max(cfg.kv_cache_bytes // (model.kv_bytes_per_token() * cfg.block_size), 4)
+        self.block_manager = BlockManager(
+            num_blocks, cfg.block_size, model_identity=model_id, enable_prefix_caching=cfg.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(
+            self.block_manager,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            max_num_seqs=cfg.max_num_seqs,
+            max_model_len=self.max_model_len,
+        )
+        self.runner = ModelRunner(model, num_blocks, cfg.block_size)
+        self.sampler = Sampler(vocab_size, self.device)
+        self.timer = _StepTimer()
+        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._by_id: dict[str, Sequence] = {}  # engine-thread view of live requests
+        self._sinks: dict[str, Sink] = {}
+        self._ids_lock = threading.Lock()
+        self._live_ids: set[str] = set()  # ids submitted and not finished (checked at submission)
+        self._waiting_count = 0
+        self._counter = itertools.count()
+        self._closed = False
+        self._steps = 0
+        self._tokens_generated = 0
+        self._failed_steps = 0
+        self._thread = threading.Thread(target=self._loop, name="parley-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str | os.PathLike[str] | None = None,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | str | None = None,
+        config: EngineConfig | None = None,
+    ) -> Engine:
+        """Load a Llama-architecture model: None = the embedded SmolLM2, else a .gguf file or a HF folder."""
+        dev = torch.device(device) if device is not None else _default_device()
+        dt = _as_dtype(dtype, dev)
+        files = loader.resolve(model)
+        hf_cfg = loader.load_config(files.folder)
+        arch_name = (hf_cfg.get("model_type") or "").lower()
+        if arch_name not in ("llama", "mistral") and "LlamaForCausalLM" not in (hf_cfg.get("architectures") or []):
+            raise ModelLoadError(f"architecture {arch_name!r} is not supported (Llama-family models are)")
+        arch = LlamaArch.from_hf_config(hf_cfg)
+        state = loader.load_state_dict(files.folder)
+        try:
+            net = LlamaModel.from_hf_state_dict(arch, state, dev, dt)
+        except KeyError as exc:
+            raise ModelLoadError(f"{files.folder}: {exc}") from exc
+        del state
+        tokenizer = loader.load_tokenizer(files.folder)
+        return cls.from_model(
+            net, tokenizer, model_id=f"{files.model_id}/{str(dt).removeprefix('torch.')}",
+            eos_token_ids=loader.eos_token_ids(files.folder, tokenizer), config=config,
+        )
+
+    @classmethod
+    def from_model(
+        cls, net: LlamaModel, tokenizer: Any, *, model_id: str, eos_token_ids: frozenset[int] = frozenset(),
+        config: EngineConfig | None = None,
+    ) -> Engine:
+        """Wrap an already-built model (tests build tiny random ones)."""
+        return cls(
+            net, tokenizer, model_id=model_id, vocab_size=net.arch.vocab_size,
+            max_model_len=net.arch.max_position_embeddings, eos_token_ids=eos_token_ids, config=config,
+        )
+
+    # ------------------------------------------------------------------ submission (any thread)
+    def _validate(self, prompt: Seq[int], params: SamplingParams) -> list[int]:
+        if not isinstance(params, SamplingParams):
+            raise InvalidRequestError(f"params must be SamplingParams, got {type(params).__name__}")
+        try:
+            ids = [int(t) for t in prompt]
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequestError(f"prompt must be a sequence of token ids: {exc}") from exc
+        if not ids:
+            raise InvalidRequestError("prompt is empty")
+        if len(ids) >= self.max_model_len:
+            raise InvalidRequestError(
+                f"prompt has {len(ids)} tokens; the model's context is {self.max_model_len} (room for >= 1 output)"
+            )
+        bad = next((t for t in ids if t < 0 or t >= self.vocab_size), None)
+        if bad is not None:
+            raise InvalidRequestError(f"token id {bad} is out of range [0, {self.vocab_size})")
+        if self.block_manager.blocks_needed(len(ids) + 1) > self.block_manager.num_blocks:
+            raise InvalidRequestError(
+                f"prompt of {len(ids)} tokens does not fit the KV pool ({self.block_manager.num_blocks} blocks)"
+            )
+        return ids
+
+    def _estimate_s(self, ahead_tokens: int, prompt_tokens: int, max_tokens: int) -> float | None:
+        t = self.timer
+        if t.decode_step_s is None and t.prefill_token_s is None:
+            return None
+        prefill = (t.prefill_token_s or 0.0) * (ahead_tokens + prompt_tokens)
+        return prefill + (t.decode_step_s or 0.0) * max_tokens
+
+    def _submit(
+        self,
+        prompt: Seq[int],
+        params: SamplingParams,
+        sink: Sink,
+        *,
+        hooks: TokenHook | Seq[TokenHook] | None,
+        tenant: str | None,
+        request_id: str | None,
+        deadline_s: float | None,
+    ) -> Sequence:
+        if self._closed:
+            raise EngineError("the engine is closed")
+        ids = self._validate(prompt, params)
+        rid = request_id or f"req-{next(self._counter)}-{uuid.uuid4().hex[:8]}"
+        hook: Any = None
+        if hooks is not None:
+            hook = ComposedHook(list(hooks)) if isinstance(hooks, (list, tuple)) else hooks
+        now = time.monotonic()
+        if deadline_s is not None:
+            if not deadline_s > 0:
+                raise InvalidRequestError(f"deadline_s must be > 0, got {deadline_s!r}")
+            est = self._estimate_s(self._waiting_count * 64, len(ids), params.max_tokens)
+            if est is not None and est > deadline_s:
+                raise AdmissionError(
+                    f"request cannot finish within its deadline of {deadline_s:.3f}s (estimated {est:.3f}s)",
+                    retry_after_s=max(est - deadline_s, 0.0),
+                )
+        with self._ids_lock:
+            if self._waiting_count >= self.config.max_waiting:
+                est = self._estimate_s(self._waiting_count * 64, 0, 0)
+                raise AdmissionError(
+                    f"the waiting queue is full ({self.config.max_waiting} requests)", retry_after_s=est or 1.0
+                )
+            if rid in self._live_ids:
+                raise InvalidRequestError(f"request id {rid!r} is already in flight")
+            self._live_ids.add(rid)
+            self._waiting_count += 1
+        seq = Sequence(
+            rid, ids, params, hook=hook, tenant=tenant,
+            deadline=None if deadline_s is None else now + deadline_s, arrival_time=now,
+        )
+        seq.counted_waiting = True
+        self._commands.put(("add", (seq, sink)))
+        return seq
+
+    def abort(self, request_id: str) -> None:
+        """Cancel a request: it finishes with reason "abort" and its blocks return to the pool at once."""
+        self._commands.put(("abort", request_id))
+
+    # ------------------------------------------------------------------ front ends
+    def generate(
+        self,
+        prompts: Seq[Seq[int]],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+        *,
+        hooks: Seq[TokenHook | None] | None = None,
+        tenant: str | None = None,
+    ) -> list[GenerationOutput]:
+        """Run a batch to completion (blocking). Outputs are in prompt order."""
+        params = params if params is not None else SamplingParams()
+        plist = list(params) if not isinstance(params, SamplingParams) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise InvalidRequestError("params must be one SamplingParams or one per prompt")
+        for prompt, sp in zip(prompts, plist, strict=True):  # validate every prompt before submitting any
+            self._validate(prompt, sp)
+        results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        seqs = []
+        for i, (prompt, sp) in enumerate(zip(prompts, plist, strict=True)):
+            hook = hooks[i] if hooks is not None else None
+
+            def sink(item: Any, i: int = i) -> None:
+                results.put((i, item))
+
+            seqs.append(self._submit(prompt, sp, sink, hooks=hook, tenant=tenant, request_id=None, deadline_s=None))
+        outputs: list[GenerationOutput | None] = [None] * len(prompts)
+        pending = len(prompts)
+        while pending:
+            i, item = results.get()
+            if isinstance(item, BaseException):
+                for s in seqs:
+                    self.abort(s.request_id)
+                raise item
+            if isinstance(item, GenerationOutput):
+                outputs[i] = item
+                pending -= 1
+        return [o for o in outputs if o is not None]
+
+    async def stream(
+        self,
+        prompt_ids: Seq[int],
+        params: SamplingParams | None = None,
+        *,
+        hooks: TokenHook | Seq[TokenHook] | None = None,
+        tenant: str | None = None,
+        request_id: str | None = None,
+        deadline_s: float | None = None,
+    ) -> AsyncIterator[StreamDelta]:
+        """Async iterator of token deltas; the last has `finished=True`. Leaving early aborts the request.
+
+        Raises `RequestAborted` if the request is dropped past its deadline, `AdmissionError` or
+        `InvalidRequestError` at submission.
+        """
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue[Any] = asyncio.Queue()
+
+        def sink(item: Any) -> None:
+            loop.call_soon_threadsafe(q.put_nowait, item)
+
+        seq = self._submit(prompt_ids, params or SamplingParams(), sink, hooks=hooks, tenant=tenant,
+                           request_id=request_id, deadline_s=deadline_s)
+        done = False
+        try:
+            while True:
+                item = await q.get()
+                if isinstance(item, BaseException):
+                    done = True
+                    raise item
+                if isinstance(item, GenerationOutput):
+                    continue
+                yield item
+                if item.finished:
+                    done = True
+                    return
+        finally:
+            if not done:
+                self.abort(seq.request_id)
+
+    # ------------------------------------------------------------------ figures and lifetime
+    def stats(self) -> dict[str, Any]:
+        s: dict[str, Any] = dict(self.block_manager.stats())
+        s.update(self.scheduler.stats())
+        s.update(
+            steps=self._steps, tokens_generated=self._tokens_generated, failed_steps=self._failed_steps,
+            decode_step_s=self.timer.decode_step_s, prefill_token_s=self.timer.prefill_token_s,
+            model_id=self.model_id, device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
+        )
+        return s
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._commands.put(("stop", None))
+        self._thread.join(timeout=30)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ engine thread
+    def _deliver(self, seq: Sequence, item: Any) -> None:
+        sink = self._sinks.get(seq.request_id)
+        if sink is None:
+            return
+        try:
+            sink(item)
+        except RuntimeError:  # the consumer's event loop is gone: nobody is listening
+            if not seq.is_finished:
+                self._finish(seq, "abort", notify=False)
+
+    def _finish(self, seq: Sequence, reason: str, *, notify: bool = True, error: BaseException | None = None) -> None:
+        self._uncount_waiting(seq)
+        self.scheduler.finish(seq, "abort" if reason == _DEADLINE else reason)
+        seq.finish_time = time.monotonic()
+        if notify:
+            if error is not None:
+                self._deliver(seq, error)
+            else:
+                self._emit(seq, final=True)
+                self._deliver(seq, self._output(seq))
+        self._sinks.pop(seq.request_id, None)
+        self._by_id.pop(seq.request_id, None)
+        with self._ids_lock:
+            self._live_ids.discard(seq.request_id)
+
+    def _uncount_waiting(self, seq: Sequence) -> None:
+        """A request leaves the admission queue once: at its first admission or when it ends before."""
+        if getattr(seq, "counted_waiting", False):
+            seq.counted_waiting = False
+            with self._ids_lock:
+                self._waiting_count -= 1
+
+    def _output(self, seq: Sequence) -> GenerationOutput:
+        return GenerationOutput(
+            request_id=seq.request_id, token_ids=seq.output_token_ids, finish_reason=seq.finish_reason,  # type: ignore[arg-type]
+            prompt_tokens=seq.num_prompt_tokens, cached_tokens=seq.num_cached_tokens or 0,
+            ttft_s=None if seq.first_token_time is None else seq.first_token_time - seq.arrival_time,
+            tpot_s=self._tpot(seq), logprobs=list(seq.logprobs) if seq.params.logprobs is not None else None,
+        )
+
+    @staticmethod
+    def _tpot(seq: Sequence) -> float | None:
+        n = seq.num_output_tokens
+        if n < 2 or seq.first_token_time is None or seq.finish_time is None:
+            return None
+        return (seq.finish_time - seq.first_token_time) / (n - 1)
+
+    def _emit(self, seq: Sequence, *, final: bool = False) -> None:
+        new = seq.output_token_ids[seq.num_emitted :]
+        if not new and not final:
+            return
+        lps = None
+        if seq.params.logprobs is not None:
+            lps = tuple(seq.logprobs[seq.num_emitted : seq.num_emitted + len(new)])
+        seq.num_emitted += len(new)
+        self._deliver(
+            seq,
+            StreamDelta(
+                request_id=seq.request_id, token_ids=tuple(new), finished=final,
+                finish_reason=seq.finish_reason if final else None,  # type: ignore[arg-type]
+                prompt_tokens=seq.num_prompt_tokens, cached_tokens=seq.num_cached_tokens or 0,
+                ttft_s=None if seq.first_token_time is None else seq.first_token_time - seq.arrival_time,
+                tpot_s=self._tpot(seq) if final else None, logprobs=lps,
+            ),
+        )
+
+    def _drain_commands(self, block: bool) -> bool:
+        """Apply queued commands; returns False when asked to stop."""
+        while True:
+            try:
+                cmd, arg = self._commands.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if cmd == "stop":
+                return False
+            if cmd == "add":
+                seq, sink = arg
+                self._by_id[seq.request_id] = seq
+                self._sinks[seq.request_id] = sink
+                self.scheduler.add(seq)
+            elif cmd == "abort":
+                target = self._by_id.get(arg)
+                if target is not None and not target.is_finished:
+                    self._finish(target, "abort")
+
+    def _loop(self) -> None:
+        while True:
+            if not self._drain_commands(block=not self.scheduler.has_work()):
+                break
+            try:
+                self._step()
+            except Exception as exc:  # noqa: BLE001 - a failed step fails its requests, never the thread
+                self._failed_steps += 1
+                err = EngineError(f"engine step failed: {type(exc).__name__}: {exc}")
+                err.__cause__ = exc
+                for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
+                    self._finish(seq, "abort", error=err)
+        for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
+            self._finish(seq, "abort", error=RequestAborted("the engine was closed"))
+
+    def _drop_expired(self) -> None:
+        now = time.monotonic()
+        for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
+            if seq.deadline is not None and now > seq.deadline:
+                self._finish(seq, _DEADLINE, error=RequestAborted(
+                    f"request {seq.request_id!r} dropped: past its deadline", ))
+
+    def _step(self) -> None:
+        self._drop_expired()
+        if not self.scheduler.has_work():
+            return
+        t0 = time.perf_counter()
+        out: SchedulerOutput = self.scheduler.schedule()
+        for it in out.items:
+            self._uncount_waiting(it.seq)
+        for seq in out.finished:
+            self._finish_after_schedule(seq)
+        if not out.items:
+            return
+        logits, rows = self.runner.run(out.items)
+        self.scheduler.postprocess(out)
+        sampling = [(it.seq, r) for it, r in zip(out.items, rows, strict=True) if r >= 0]
+        if sampling and logits is not None:
+            seqs = [s for s, _ in sampling]
+            tokens, lps = self.sampler(logits, seqs)
+            now = time.monotonic()
+            for seq, tok, lp in zip(seqs, tokens, lps, strict=True):
+                self._accept(seq, tok, lp, now)
+        self._steps += 1
+        num_decode = sum(1 for it in out.items if it.num_new_tokens == 1)
+        self.timer.record(time.perf_counter() - t0, out.num_tokens, num_decode)
+
+    def _finish_after_schedule(self, seq: Sequence) -> None:
+        # The scheduler already ended it (pool too small to continue); tell the consumer.
+        seq.finish_time = time.monotonic()
+        self._emit(seq, final=True)
+        self._deliver(seq, self._output(seq))
+        self._sinks.pop(seq.request_id, None)
+        self._by_id.pop(seq.request_id, None)
+        with self._ids_lock:
+            self._live_ids.discard(seq.request_id)
+
+    def _accept(self, seq: Sequence, token: int, lp: TokenLogprob | None, now: float) -> None:
+        if seq.first_token_time is None:
+            seq.first_token_time = now
+        reason = self.scheduler.append_token(seq, token, self.eos_token_ids)
+        self._tokens_generated += 1
+        if lp is not None:
+            seq.logprobs.append(lp)
+        if seq.hook is not None:
+            seq.hook.accept_token(token)
+            if reason is None and seq.hook.is_terminated():
+                reason = "stop"
+        if reason is None and seq.params.stop and self._hits_stop_string(seq):
+            reason = "stop"
+        if reason is not None:
+            self._finish(seq, reason)
+        else:
+            self._emit(seq)
+
+    def _hits_stop_string(self, seq: Sequence) -> bool:
+        stops = seq.params.stop
+        longest = max(len(s) for s in stops)
+        out = seq.output_token_ids
+        window = out[-(longest + 8) :]  # every token decodes to >= 1 char except partial UTF-8 pieces
+        tail = self.tokenizer.decode(window, skip_special_tokens=False)
+        prev = self.tokenizer.decode(window[:-1], skip_special_tokens=False) if len(window) > 1 else ""
+        # Only a match that ends in the newest token counts, so a stop string is detected exactly once.
+        return any(s in tail and s not in prev for s in stops)

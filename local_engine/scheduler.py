@@ -1,0 +1,172 @@
+"""Iteration-level continuous batching with chunked prefill and preemption by recompute. Torch-free.
+
+Every step gets a token budget (`max_num_batched_tokens`). Running sequences are served first —
+decodes (one token each) before prefill chunks, so streaming latency does not wait on a long prompt —
+then waiting sequences are admitted FCFS while the budget, the sequence cap and the KV pool allow.
+A prompt longer than the remaining budget is prefilled in chunks across steps, mixed with decodes.
+
+When a running sequence needs a block and none is free, the most recently admitted running sequence is
+preempted: its blocks are returned and it goes back to the head of the queue, to be recomputed (its
+prompt and output so far become the new prefill; the prefix cache usually gives much of it back).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from parley.local_engine.block_manager import BlockManager
+from parley.local_engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledSeq:
+    """One sequence's share of a step: feed `num_new_tokens` tokens starting at its computed length."""
+
+    seq: Sequence
+    num_new_tokens: int
+    start: int  # position of the first new token (== seq.num_computed_tokens at scheduling)
+
+    @property
+    def samples(self) -> bool:
+        """Whether this chunk reaches the sequence's last token, so the step produces its next token."""
+        return self.start + self.num_new_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    items: list[ScheduledSeq] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    finished: list[Sequence] = field(default_factory=list)  # could not proceed at all (pool too small)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(item.num_new_tokens for item in self.items)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        *,
+        max_num_batched_tokens: int = 512,
+        max_num_seqs: int = 64,
+        max_model_len: int = 8192,
+    ) -> None:
+        self.block_manager = block_manager
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    # ------------------------------------------------------------------ queue management
+    def add(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """Take `seq` out of the queues and return its blocks at once (finish, abort, deadline)."""
+        if seq.status is SequenceStatus.FINISHED:
+            return
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        else:
+            try:
+                self.waiting.remove(seq)
+            except ValueError:
+                pass
+        self.block_manager.free_sequence(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.block_manager.free_sequence(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    # ------------------------------------------------------------------ one step
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        bm = self.block_manager
+        scheduled: dict[int, ScheduledSeq] = {}
+
+        # Decodes first (latency), then chunks of prompts already in flight; both in admission order.
+        order = [s for s in self.running if s.num_uncomputed_tokens == 1] + [
+            s for s in self.running if s.num_uncomputed_tokens > 1
+        ]
+        for seq in order:
+            if budget <= 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:  # preempted earlier in this loop
+                continue
+            n = min(seq.num_uncomputed_tokens, budget)
+            while not bm.allocate(seq, n):
+                victim = self.running[-1]
+                if victim is seq and len(self.running) == 1:
+                    # Alone and still no room: the pool cannot hold this sequence. End it rather than spin.
+                    self.finish(seq, "length")
+                    out.finished.append(seq)
+                    break
+                item = scheduled.pop(id(victim), None)
+                if item is not None:
+                    out.items.remove(item)
+                    budget += item.num_new_tokens
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is seq:
+                    break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            item = ScheduledSeq(seq, n, seq.num_computed_tokens)
+            scheduled[id(seq)] = item
+            out.items.append(item)
+            budget -= n
+
+        # Admit waiting sequences FCFS; none jumps the queue, and none is admitted right after a preemption.
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not out.preempted:
+            seq = self.waiting[0]
+            hits = bm.lookup(seq)
+            n = min(seq.num_tokens - len(hits) * bm.block_size, budget)
+            if not bm.can_admit(seq, hits, n):
+                break
+            bm.admit(seq, hits)
+            allocated = bm.allocate(seq, n)
+            assert allocated
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            item = ScheduledSeq(seq, n, seq.num_computed_tokens)
+            out.items.append(item)
+            budget -= n
+        return out
+
+    def postprocess(self, out: SchedulerOutput) -> None:
+        """Mark the step's tokens computed and register newly full blocks in the prefix cache."""
+        for item in out.items:
+            seq = item.seq
+            seq.num_computed_tokens = item.start + item.num_new_tokens
+            self.block_manager.commit(seq)
+
+    def append_token(self, seq: Sequence, token_id: int, eos_token_ids: frozenset[int]) -> str | None:
+        """Record a generated token; return the finish reason it causes, if any (the caller finishes it)."""
+        seq.token_ids.append(token_id)
+        p = seq.params
+        n_out = seq.num_output_tokens
+        if n_out >= p.min_tokens:
+            if token_id in p.stop_token_ids or (not p.ignore_eos and token_id in eos_token_ids):
+                return "stop"
+        if n_out >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None
+
+    def stats(self) -> dict[str, int]:
+        return {"num_running": len(self.running), "num_waiting": len(self.waiting), "preemptions": self.num_preemptions}

@@ -1,0 +1,87 @@
+"""Fixtures: tiny random-weight Llama models (fast, no files) and the embedded SmolLM2 (marked `model`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from parley.local_engine import Engine, EngineConfig  # noqa: E402
+from parley.local_engine.models.llama import LlamaArch, LlamaModel  # noqa: E402
+
+TINY = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+    tie_word_embeddings=True,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+
+
+class ByteTokenizer:
+    """Token i (>= 3) decodes to chr(i); enough for stop-string tests without a tokenizer file."""
+
+    eos_token_id = 2
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(chr(i) for i in ids if i >= 3)
+
+
+def tiny_hf_model(seed: int = 0, **overrides: Any) -> Any:
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(**{**TINY, **overrides})
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    # Random init is near-uniform; sharpen it so greedy choices are not near-ties.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4.0)
+    return model
+
+
+def engine_from_hf(hf: Any, config: EngineConfig | None = None, dtype: Any = None, model_id: str = "tiny") -> Engine:
+    dtype = dtype or torch.float32
+    arch = LlamaArch.from_hf_config(hf.config.to_dict())
+    net = LlamaModel.from_hf_state_dict(arch, hf.state_dict(), torch.device("cpu"), dtype)
+    return Engine.from_model(net, ByteTokenizer(), model_id=model_id, eos_token_ids=frozenset({2}), config=config)
+
+
+@pytest.fixture(scope="module")
+def tiny_hf() -> Any:
+    return tiny_hf_model()
+
+
+@pytest.fixture
+def tiny_engine(tiny_hf: Any) -> Iterator[Engine]:
+    engine = engine_from_hf(tiny_hf, EngineConfig(num_kv_blocks=256, block_size=4, max_num_batched_tokens=64))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def smol_engine() -> Iterator[Engine]:
+    engine = Engine.from_pretrained(None, device="cpu", dtype="float32")
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def smol_hf(smol_engine: Engine) -> Any:
+    """HF transformers' own model over the same dequantised weights, from the engine's cache folder."""
+    from parley.local_engine import loader
+
+    files = loader.resolve(None)
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        str(files.folder), dtype=torch.float32, local_files_only=True
+    ).eval()
