@@ -18,11 +18,14 @@ from parley.tools.executor import ToolExecutor
 from parley.tools.policy import ApprovalPredicate, approval_required
 from parley.tools.python_tool import python_tool
 from parley.tools.tool import Tool, tool
+from parley.tools.types import CommandArgument, RelativePath
 from parley.tools.validation import validate_arguments
 
 __all__ = [
     "ApprovalPredicate",
+    "CommandArgument",
     "Docstring",
+    "RelativePath",
     "RetryableToolError",
     "Tool",
     "ToolArgumentError",

@@ -4,7 +4,7 @@ For each call of a batch, in order of the checks:
 
 1. a call id repeated within the batch → an error result for the repeats (the first one runs);
 2. a call id already in `records` → the recorded result, *without running anything*: a resumed run
-   (RunState) never executes a call twice;
+   (RunState) never executes a call twice (without `records` there is no memory between batches);
 3. an unknown tool name (exact match, no normalisation) → an error naming the available tools;
 4. a deferred tool → an error result, not recorded: the caller executes deferred tools, never us;
 5. argument validation (strict JSON, then the strict schema) → an error result on failure;
@@ -149,6 +149,8 @@ class ToolExecutor:
         self, call: ToolCall, context: ToolContext | None, records: MutableMapping[str, ToolResult] | None
     ) -> ToolResult:
         """Run one call, sharing the outcome with a concurrent `execute` of the same id on this executor."""
+        if records is not None and call.id in records:  # recorded by a concurrent batch while we queued
+            return records[call.id]
         running = self._inflight.get(call.id)
         if running is not None:
             try:
@@ -177,17 +179,17 @@ class ToolExecutor:
         if tool is None:
             names = sorted(self._tools)
             listed = ", ".join(names[:_MAX_LISTED_TOOLS]) + (", …" if len(names) > _MAX_LISTED_TOOLS else "")
-            return _error(
-                call, f"unknown tool {safe_text(call.name, max_chars=80)!r}; available tools: {listed or '(none)'}"
-            )
-        if tool.deferred:
+            unknown = safe_text(call.name, max_chars=80)
+            result = _error(call, f"unknown tool {unknown!r}; available tools: {listed or '(none)'}")
+        elif tool.deferred:
             return _error(call, f"tool {tool.name!r} is deferred: its result must be provided by the caller")
-        try:
-            arguments = tool.validate_arguments(call.arguments)
-        except ToolArgumentError as exc:
-            result = _error(call, f"tool {tool.name!r}: {exc}")
         else:
-            result = await self._attempts(tool, call, arguments, context)
+            try:
+                arguments = tool.validate_arguments(call.arguments)
+            except ToolArgumentError as exc:
+                result = _error(call, f"tool {tool.name!r}: {exc}")
+            else:
+                result = await self._attempts(tool, call, arguments, context)
         if records is not None:
             records[call.id] = result
         return result
