@@ -10,8 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from parley.protocol._harmony_tokens import CALL, CHANNEL, CONSTRAIN, END, MESSAGE, RETURN, START
-from parley.protocol._harmony_types import DeveloperContent, HarmonyMessage, RenderedPrompt, SystemContent
+from parley.protocol._harmony_types import (
+    HARMONY_ROLES,
+    DeveloperContent,
+    HarmonyMessage,
+    RenderedPrompt,
+    SystemContent,
+)
 from parley.protocol._harmony_typescript import render_tools_section
+from parley.protocol.errors import UnknownRoleError
 
 Pieces = list[tuple[str, bool]]
 _FUNCTIONS_LINE = "Calls to these tools must go to the commentary channel: 'functions'."
@@ -66,6 +73,8 @@ def _has_recipient(message: HarmonyMessage) -> bool:
 
 def render_message_pieces(message: HarmonyMessage, *, has_function_tools: bool = False) -> Pieces:
     """`<|start|>author[ to=r][<|channel|>c][ type]<|message|>content<|end|>` (or `<|call|>`)."""
+    if message.role not in HARMONY_ROLES:
+        raise UnknownRoleError(f"Unknown role: {message.role}")
     pieces: Pieces = [(START, True), (_author(message), False)]
     if _has_recipient(message):
         pieces.append((f" to={message.recipient}", False))

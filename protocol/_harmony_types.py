@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from parley.protocol._harmony_tokens import HarmonyEncoding, split_special
 from parley.protocol.tool_spec import ToolSpec
-
-if TYPE_CHECKING:
-    from parley.protocol._harmony_tokens import HarmonyEncoding
 
 ReasoningEffort = Literal["low", "medium", "high"]
 HARMONY_ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
@@ -121,8 +119,6 @@ class RenderedPrompt:
     @property
     def text_is_unambiguous(self) -> bool:
         """False when some content piece contains a special-token string (its text form is then lossy)."""
-        from parley.protocol._harmony_tokens import split_special
-
         return not any(not special and any(s for _, s in split_special(piece)) for piece, special in self.pieces)
 
     def __add__(self, other: RenderedPrompt) -> RenderedPrompt:

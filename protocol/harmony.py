@@ -63,7 +63,7 @@ from parley.protocol._harmony_types import (
 )
 from parley.protocol._harmony_typescript import schema_to_typescript
 from parley.protocol.envelope import Conversation, Message, Role
-from parley.protocol.errors import DecodeError, ProtocolError, UnknownRoleError
+from parley.protocol.errors import DecodeError, ProtocolError
 from parley.protocol.events import MessageEnd
 from parley.protocol.tool_spec import ToolSpec
 
@@ -111,11 +111,7 @@ def to_harmony_messages(
     `HarmonyMessage` first is kept). `tools`: function tools, offered in the developer message.
     """
     messages = conversation.messages if isinstance(conversation, Conversation) else conversation
-    harmony_messages = envelope_to_harmony(messages, system=system, tools=tools)
-    for message in harmony_messages:
-        if message.role not in ("system", "developer", "user", "assistant", "tool"):
-            raise UnknownRoleError(f"Unknown role: {message.role}")
-    return harmony_messages
+    return envelope_to_harmony(messages, system=system, tools=tools)
 
 
 def render_conversation(
@@ -158,8 +154,6 @@ def render_conversation_for_training(
 
 def render_message(message: HarmonyMessage, *, conversation_has_function_tools: bool = False) -> RenderedPrompt:
     """One Harmony message. `conversation_has_function_tools` adds the functions line to system content."""
-    if message.role not in ("system", "developer", "user", "assistant", "tool"):
-        raise UnknownRoleError(f"Unknown role: {message.role}")
     return RenderedPrompt(tuple(render_message_pieces(message, has_function_tools=conversation_has_function_tools)))
 
 
