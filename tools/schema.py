@@ -78,7 +78,9 @@ def _describe(exc: ValidationError) -> str:
 
 
 def clean_schema(schema: Any) -> Any:
-    """Drop the auto-generated `title`s (noise in a prompt), keeping property names that are called `title`."""
+    """Drop the auto-generated `title`s (noise in a prompt), keeping property names that are called `title`,
+    and close every object that lists its `properties` (`additionalProperties: false`, unless the model
+    said otherwise): pydantic drops unknown keys of nested models, so the model must not send them."""
     if isinstance(schema, list):
         return [clean_schema(item) for item in schema]
     if not isinstance(schema, dict):
@@ -91,6 +93,8 @@ def clean_schema(schema: Any) -> Any:
             cleaned[key] = {name: clean_schema(sub) for name, sub in value.items()}
         else:
             cleaned[key] = clean_schema(value)
+    if "properties" in cleaned and cleaned.get("type") == "object":
+        cleaned.setdefault("additionalProperties", False)
     return cleaned
 
 

@@ -147,7 +147,7 @@ def test_nested_models_dataclasses_literals_and_enums() -> None:
     args = plan.validate_arguments('{"where": {"lat": 1, "lon": 2.5}, "mode": "walk", "units": "F"}')
     assert args["where"] == Location(lat=1, lon=2.5) and args["units"] is Units.F and args["window"] is None
     assert plan.parameters["properties"]["mode"]["enum"] == ["walk", "drive"]
-    assert "Location" in plan.parameters["$defs"]
+    assert plan.parameters["$defs"]["Location"]["additionalProperties"] is False  # closed for the model too
 
 
 def test_parameters_named_like_pydantic_internals_work() -> None:
