@@ -141,10 +141,13 @@ class RunLoop:
 
     def _request(self) -> ModelRequest:
         agent = self.agent
+        choice = agent.tool_choice
+        if callable(choice):
+            choice = choice(self.state.messages)
         return ModelRequest(
             conversation=Conversation(messages=self._conversation()),
             tools=agent.tool_specs,
-            tool_choice=agent.tool_choice if agent.tool_specs else "none",
+            tool_choice=choice if agent.tool_specs else "none",
             output_schema=agent.output_spec.schema,
             reasoning=agent.reasoning,
             cache=agent.cache,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 from parley._run_history import normalise_history, recorded_for
@@ -35,6 +35,9 @@ from parley.usage_limits import UsageLimits
 
 OutputT = TypeVar("OutputT")
 
+ToolChoicePolicy = Callable[[list[Message]], ToolChoice]
+"""Decides the tool choice per turn from the conversation so far (e.g. force a plan's next tool)."""
+
 AgentInput = str | Message | Sequence[Message] | Conversation | None
 """A user prompt, one message, or a whole history (repaired for tool-call adjacency)."""
 
@@ -45,6 +48,7 @@ class Agent(Generic[OutputT]):
     `output_type` is `str` (default), a pydantic model class or a JSON Schema dict. `max_turns`
     caps model requests for the whole run (resumes included); `usage_limits` caps requests,
     tokens, tool calls and cost; `output_retries` bounds the repair loop for structured answers.
+    `tool_choice` is fixed, or a function of the conversation so far deciding each turn.
     """
 
     @overload
@@ -61,7 +65,7 @@ class Agent(Generic[OutputT]):
         name: str | None = None,
         usage_limits: UsageLimits | None = None,
         output_retries: int = 2,
-        tool_choice: ToolChoice = "auto",
+        tool_choice: ToolChoice | ToolChoicePolicy = "auto",
         sampling: SamplingSettings | None = None,
     ) -> None: ...
 
@@ -79,7 +83,7 @@ class Agent(Generic[OutputT]):
         name: str | None = None,
         usage_limits: UsageLimits | None = None,
         output_retries: int = 2,
-        tool_choice: ToolChoice = "auto",
+        tool_choice: ToolChoice | ToolChoicePolicy = "auto",
         sampling: SamplingSettings | None = None,
     ) -> None: ...
 
@@ -96,7 +100,7 @@ class Agent(Generic[OutputT]):
         name: str | None = None,
         usage_limits: UsageLimits | None = None,
         output_retries: int = 2,
-        tool_choice: ToolChoice = "auto",
+        tool_choice: ToolChoice | ToolChoicePolicy = "auto",
         sampling: SamplingSettings | None = None,
     ) -> None:
         if not isinstance(backend, Backend):
@@ -115,7 +119,7 @@ class Agent(Generic[OutputT]):
         self.name = name
         self.usage_limits = usage_limits or UsageLimits()
         self.output_retries = output_retries
-        self.tool_choice: ToolChoice = tool_choice
+        self.tool_choice: ToolChoice | ToolChoicePolicy = tool_choice
         self.sampling = sampling or SamplingSettings()
         self.tools = tool_objects(tools)
         names = [t.name for t in self.tools]

@@ -246,3 +246,14 @@ async def test_backend_sees_tool_choice_none_without_tools() -> None:
         return req.tool_choice == "none" and req.tools == []
 
     await Agent(ScriptedBackend([ScriptedTurn(text="x", expect=check)])).run("q")
+
+
+async def test_tool_choice_may_be_decided_per_turn() -> None:
+    from parley.backends import NamedToolChoice
+
+    def plan(messages: list[Message]) -> NamedToolChoice | str:
+        return NamedToolChoice("lookup") if not any(m.tool_results for m in messages) else "none"
+
+    backend = ScriptedBackend([ScriptedTurn(tool_calls=[call("lookup", {"city": "A"})]), "done"])
+    await Agent(backend, tools=[lookup], tool_choice=plan).run("go")
+    assert [r.tool_choice for r in backend.requests] == [NamedToolChoice("lookup"), "none"]
