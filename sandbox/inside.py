@@ -292,6 +292,15 @@ def _error_info(exc: BaseException) -> dict[str, Any]:
     return info
 
 
+def _print_traceback(exc: BaseException, line_cap: int = 2000, total_cap: int = 16000) -> None:
+    """Like the interpreter's report, but bounded: a 10 MB exception message must not flood stderr."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    text = "".join(line if len(line) <= line_cap else line[:line_cap] + "...[truncated]\n" for line in lines)
+    if len(text) > total_cap:
+        text = text[: total_cap // 4] + "\n...[traceback truncated]...\n" + text[-total_cap // 2:]
+    sys.stderr.write(text)
+
+
 def _run_cell(code: str) -> dict[str, Any]:
     """Run `code` as a notebook cell: the value of a final expression statement becomes the result."""
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
@@ -307,7 +316,7 @@ def _run_cell(code: str) -> dict[str, Any]:
         code_ = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         return {"ok": code_ == 0, "value": None, "exit_code": code_}
     except BaseException as exc:  # the user's failure is data, reported on stderr and the channel
-        traceback.print_exc()
+        _print_traceback(exc)
         return {"ok": False, "value": None, "error": _error_info(exc), "exit_code": 1}
     try:
         json.dumps(value, allow_nan=False)
@@ -443,6 +452,8 @@ def _restrict_child(request: dict[str, Any]) -> None:
 
 
 def supervise(request: dict[str, Any], result_fd: int) -> int:
+    os.closerange(3, result_fd)
+    os.closerange(result_fd + 1, 1 << 16)  # e.g. the memfd this script was read from: only intended fds go on
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 

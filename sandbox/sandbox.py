@@ -291,6 +291,9 @@ class Sandbox:
             for task in drains:
                 task.cancel()
             transport.close()
+            subprocess_transport = getattr(proc, "_transport", None)
+            if subprocess_transport is not None and proc.returncode is not None:
+                subprocess_transport.close()  # pipes still held by an escaped process must not outlive the run
         (out, out_cut), (err, err_cut), (channel, channel_cut) = (
             task.result() if task.done() and not task.cancelled() else (b"", False) for task in drains
         )
@@ -432,15 +435,23 @@ def read_artifact(root_fd: int, name: str, cap: int) -> bytes:
 
 
 async def _drain(reader: asyncio.StreamReader, cap: int, on_overflow: Any) -> tuple[bytes, bool]:
-    """Read until EOF or `cap` bytes; on overflow keep the first `cap` bytes and call `on_overflow`."""
+    """Read until EOF, keeping the first `cap` bytes; past the cap call `on_overflow` once and discard.
+
+    Reading on (and discarding) after the cap matters: a reader that stops leaves the transport paused,
+    so it never sees EOF and asyncio never reports the process as finished.
+    """
     buffer = bytearray()
+    truncated = False
     while True:
         chunk = await reader.read(65536)
         if not chunk:
-            return bytes(buffer), False
+            return bytes(buffer), truncated
+        if truncated:
+            continue
         room = cap - len(buffer)
         if len(chunk) > room:
             buffer += chunk[:room]
+            truncated = True
             on_overflow()
-            return bytes(buffer), True
-        buffer += chunk
+        else:
+            buffer += chunk
