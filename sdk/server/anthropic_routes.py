@@ -17,6 +17,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -152,7 +153,12 @@ def to_turn_spec(request: an.MessagesRequest, salt: str, deadline_s: float | Non
     if tc is not None and not isinstance(tc, an.ToolChoiceNone) and tc.disable_parallel_tool_use:
         parallel = False
     budget = request.thinking.budget_tokens if isinstance(request.thinking, an.ThinkingEnabled) else None
+    fmt = request.output_config.format if request.output_config is not None else None
+    if fmt is not None and budget is not None:
+        raise invalid("output_config.format cannot be combined with thinking on this server", "output_config.format")
     return TurnSpec(
+        output_schema=fmt.schema_ if fmt is not None else None,
+        output_schema_param="output_config.format.schema",
         conversation=to_conversation(request),
         tools=tools,
         tool_choice=choice,
@@ -326,7 +332,10 @@ async def messages(request: Request) -> Response:
     await run_or_cancel_on_disconnect(request, turn.start())
     if parsed.stream:
         return StreamingResponse(
-            _stream(turn, parsed.model, message_id, request), media_type="text/event-stream", headers=SSE_HEADERS
+            _stream(turn, parsed.model, message_id, request),
+            media_type="text/event-stream",
+            headers=SSE_HEADERS,
+            background=BackgroundTask(turn.close),
         )
     try:
         result = await run_or_cancel_on_disconnect(request, _complete(turn, parsed.model, message_id, request))

@@ -52,6 +52,8 @@ class ToolUseBlock(_Strict):
     name: str = Field(min_length=1)
     input: dict[str, Any]
     cache_control: CacheControl | None = None
+    caller: dict[str, Any] | None = None
+    toolset_name: str | None = None
 
 
 class ToolResultBlock(_Strict):
@@ -60,6 +62,7 @@ class ToolResultBlock(_Strict):
     content: str | list[TextBlock] | None = None
     is_error: bool | None = None
     cache_control: CacheControl | None = None
+    toolset_name: str | None = None
 
 
 class ThinkingBlock(_Strict):
@@ -129,6 +132,20 @@ class ThinkingDisabled(_Strict):
 Thinking = Annotated[ThinkingEnabled | ThinkingDisabled, Field(discriminator="type")]
 
 
+class JsonOutputFormat(_Strict):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+
+
+class OutputConfig(_Strict):
+    """`format` (json_schema) is enforced by the grammar; `effort` is accepted (the budget sets the length)."""
+
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: JsonOutputFormat | None = None
+
+
 class Metadata(_Strict):
     user_id: str | None = None
 
@@ -150,6 +167,7 @@ class MessagesRequest(_Strict):
     cache_control: CacheControl | None = None
     """Top-level automatic caching; our prefix cache is always on, so it is accepted as a no-op."""
     service_tier: Literal["auto", "standard_only"] | None = None
+    output_config: OutputConfig | None = None
     deadline_s: float | None = Field(default=None, gt=0.0, le=86400.0)
     """parley's extension: finish within this many seconds of arrival or be refused at once."""
 
@@ -166,6 +184,9 @@ class MessagesRequest(_Strict):
             raise FieldRule("tools", "tool names must be unique")
         if isinstance(self.tool_choice, ToolChoiceTool) and self.tool_choice.name not in names:
             raise FieldRule("tool_choice.name", f"names the tool {self.tool_choice.name!r}, which is not in tools")
+        forced = isinstance(self.tool_choice, ToolChoiceAny | ToolChoiceTool)
+        if self.output_config is not None and self.output_config.format is not None and forced:
+            raise FieldRule("output_config.format", "cannot be combined with a tool_choice that forces tool use")
         if isinstance(self.tool_choice, ToolChoiceAny) and not names:
             raise FieldRule("tool_choice", "'any' needs at least one tool in tools")
         return self

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.background import BackgroundTask
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from parley.server.config import ServerConfig
 from parley.server.engine_port import EnginePort
@@ -121,8 +122,12 @@ def endpoint(dialect: Dialect, name: str) -> Callable[[Handler], Handler]:
                 metrics.inc("requests_refused_total", endpoint=name, reason="concurrency")
             else:
                 metrics.request_started()
+                lease = _Lease(metrics)
                 try:
                     response = await handler(request)
+                    if isinstance(response, StreamingResponse):
+                        _hold_until_streamed(response, lease)
+                        lease = None
                 except ApiError as exc:
                     response = error_response(exc, dialect)
                     if exc.status in (429, 503):
@@ -136,13 +141,51 @@ def endpoint(dialect: Dialect, name: str) -> Callable[[Handler], Handler]:
                         dialect,
                     )
                 finally:
-                    metrics.request_finished()
+                    if lease is not None:
+                        lease.release()
             metrics.inc("requests_total", endpoint=name, status=str(response.status_code))
             return response
 
         return run
 
     return wrap
+
+
+class _Lease:
+    """One in-flight slot, released exactly once (by the stream's end or by the response's background task)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.metrics.request_finished()
+
+
+def _hold_until_streamed(response: StreamingResponse, lease: _Lease) -> None:
+    """Keep the slot until the stream ends; the background task also runs when the client went away early."""
+    body = response.body_iterator
+
+    async def released() -> AsyncIterator[Any]:
+        try:
+            async for chunk in body:
+                yield chunk
+        finally:
+            lease.release()
+
+    previous = response.background
+
+    async def after() -> None:
+        try:
+            if previous is not None:
+                await previous()
+        finally:
+            lease.release()
+
+    response.body_iterator = released()
+    response.background = BackgroundTask(after)
 
 
 async def until_disconnect(request: Request) -> None:

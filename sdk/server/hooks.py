@@ -1,5 +1,6 @@
 """Per-request engine hooks for a turn: output grammar (json_schema / json_object / forced tool calls)
-and the reasoning budget.
+and the reasoning budget (`parley.reasoning.ReasoningBudgetHook`: the prompt opens `<think>`, the
+hook forces `</think>` after `budget_tokens`).
 
 A constraint that cannot be compiled is the client's problem (400 naming the field), found before
 the request reaches the engine. Grammars come from `parley.constrained`; the server only chooses the
@@ -8,58 +9,15 @@ spec: a JSON Schema for `response_format`, the tool-call format for `tool_choice
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from parley.server.errors import ApiError, ErrorKind, invalid
 
 if TYPE_CHECKING:
-    import torch
-
+    from parley.reasoning import ReasoningBudgetHook
     from parley.server.prompting import PromptCodec
     from parley.server.turn import TurnSpec
-
-
-class ThinkingBudget:
-    """Lets the model reason for at most `budget` tokens, then forces the end-of-reasoning text.
-
-    Used for Anthropic `thinking.budget_tokens`: the prompt opens `<think>`; once `budget` tokens
-    have been accepted without the model closing it, `forced_token` emits `think_end_ids` one by
-    one. It never masks (`fill_bitmask` returns False), so it costs nothing per step.
-    """
-
-    def __init__(self, budget: int, think_end_ids: Sequence[int], tokenizer: Any) -> None:
-        self.budget = budget
-        self.end_ids = list(think_end_ids)
-        self.tokenizer = tokenizer
-        self.count = 0
-        self.closed = False
-        self._forcing = 0
-        self._recent: list[int] = []
-
-    def forced_token(self) -> int | None:
-        if self.closed or self.count < self.budget or not self.end_ids:
-            return None
-        return self.end_ids[min(self._forcing, len(self.end_ids) - 1)]
-
-    def fill_bitmask(self, row: torch.Tensor) -> bool:
-        return False
-
-    def accept_token(self, token_id: int) -> None:
-        if self.closed:
-            return
-        if self.count >= self.budget:
-            self._forcing += 1
-            if self._forcing >= len(self.end_ids):
-                self.closed = True
-            return
-        self.count += 1
-        self._recent = (self._recent + [token_id])[-8:]
-        if "</think>" in self.tokenizer.decode(self._recent):
-            self.closed = True
-
-    def is_terminated(self) -> bool:
-        return False
 
 
 def _compile(spec: Any, tokenizer: Any, param: str) -> Any:
@@ -108,11 +66,19 @@ def _tool_calls_spec(tools: list[Any], parallel: bool) -> Any:
     return ToolCalls(tools, parallel=parallel)
 
 
-def build_hooks(spec: TurnSpec, codec: PromptCodec, tokenizer: Any) -> Any:
-    """The hook (or composed hooks) for this turn, or None when nothing constrains it."""
+@dataclass(frozen=True)
+class TurnHooks:
+    """The engine hook for a turn (None when nothing constrains it) and its reasoning budget, if any."""
+
+    hook: Any
+    reasoning: ReasoningBudgetHook | None
+
+
+def build_hooks(spec: TurnSpec, codec: PromptCodec, tokenizer: Any) -> TurnHooks:
+    """The hook (or composed hooks) for this turn: grammar for the output or tool calls, reasoning budget."""
     hooks: list[Any] = []
     if spec.output_schema is not None or spec.json_object:
-        param = "response_format.json_schema.schema" if spec.output_schema is not None else "response_format"
+        param = spec.output_schema_param if spec.output_schema is not None else "response_format"
         schema = spec.output_schema if spec.output_schema is not None else {"type": "object"}
         hooks.append(_compile(_schema_spec(schema, param), tokenizer, param))
     if spec.tools and (spec.tool_choice == "required" or isinstance(spec.tool_choice, tuple)):
@@ -122,12 +88,21 @@ def build_hooks(spec: TurnSpec, codec: PromptCodec, tokenizer: Any) -> Any:
         for tool in tools:
             _check_schema(tool.parameters, f"tools[{spec.tools.index(tool)}].parameters")
         hooks.append(_compile(_tool_calls_spec(tools, spec.parallel_tool_calls), tokenizer, "tools"))
+    budget = None
     if spec.thinking_budget is not None:
-        hooks.append(ThinkingBudget(spec.thinking_budget, codec.think_end_ids, tokenizer))
+        from parley.reasoning import ReasoningBudgetHook
+
+        budget = ReasoningBudgetHook(
+            spec.thinking_budget,
+            list(codec.think_end_ids),
+            stop_token_ids=tuple(codec.stop_token_ids),
+            decode=tokenizer.decode,
+        )
+        hooks.append(budget)
     if not hooks:
-        return None
+        return TurnHooks(None, None)
     if len(hooks) == 1:
-        return hooks[0]
+        return TurnHooks(hooks[0], budget)
     from parley.local_engine.hooks import ComposedHook
 
-    return ComposedHook(hooks)
+    return TurnHooks(ComposedHook(hooks), budget)

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -309,7 +310,9 @@ async def chat_completions(request: Request) -> Response:
     if parsed.stream:
         include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
         stream = _stream(turn, parsed.model, completion_id, created, include_usage, request)
-        return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
+        return StreamingResponse(
+            stream, media_type="text/event-stream", headers=SSE_HEADERS, background=BackgroundTask(turn.close)
+        )
     try:
         result = await run_or_cancel_on_disconnect(
             request, _complete(turn, parsed.model, completion_id, created, request)

@@ -180,6 +180,7 @@ class ChatCompletionRequest(_Strict):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     user: str | None = None
+    safety_identifier: str | None = None
     cache_salt: str | None = Field(default=None, min_length=1, max_length=256)
     """vLLM's per-request prefix-cache salt; combined with the server-side tenant, never replacing it."""
     prompt_cache_key: str | None = None

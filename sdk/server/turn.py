@@ -50,6 +50,8 @@ class TurnSpec:
     tool_choice: ToolChoiceSpec = "auto"
     parallel_tool_calls: bool = True
     output_schema: dict[str, Any] | None = None
+    output_schema_param: str = "response_format.json_schema.schema"
+    """Where the schema came from in the request (named by a 400 when it does not compile)."""
     json_object: bool = False
     thinking_budget: int | None = None
     max_tokens: int | None = None
@@ -208,7 +210,7 @@ class Turn:
         self._stream = self.engine.stream(
             self.prompt_ids,
             self.params,
-            hooks=self.hooks,
+            hooks=self.hooks.hook,
             tenant=self.spec.tenant_salt,
             request_id=self.request_id,
             deadline_s=remaining,
@@ -269,15 +271,12 @@ class Turn:
                 if ids and ttft is None:
                     ttft = time.perf_counter() - self.arrival
                 output += len(ids)
-                in_reasoning_before = bool(getattr(parser, "in_reasoning", False))
                 for event in parser.feed_tokens(ids):
                     for item in self._route(event, stops, text, reasoning, calls):
                         yield item
                     if stops.stopped or self._parallel_cut(calls):
                         stopped_early = True
                         break
-                if in_reasoning_before:
-                    reasoning_tokens += len(ids)
                 if spec.logprobs is not None and getattr(delta, "logprobs", None):
                     yield LogprobChunk("logprobs", [self._logprob_view(lp) for lp in delta.logprobs])
                 if stopped_early:
@@ -307,6 +306,8 @@ class Turn:
             raise ApiError(f"request dropped: {exc}", kind=ErrorKind.OVERLOADED, retry_after_s=1.0) from None
         finally:
             await self.close()
+        if self.hooks.reasoning is not None:
+            reasoning_tokens = self.hooks.reasoning.reasoning_tokens
         reason: FinishReason
         if calls:
             reason = "tool_calls"
