@@ -75,7 +75,8 @@ class ModelRunner:
             gathers.append(g)
             slot_parts.append(g[-1:])
             lengths.append(p + 1)
-            rows[i] = row
+            if it.samples:  # a 1-token chunk in the middle of a prompt samples nothing
+                rows[i] = row
             row += 1
         decode_gather = decode_mask = None
         dev = self.device

@@ -87,6 +87,7 @@ class Sampler:
             seq.generator = make_generator(p.seed, row.device)
         return int(torch.multinomial(probs, 1, generator=seq.generator).item())
 
+    @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> tuple[list[int], list[TokenLogprob | None]]:
         """Choose one token per row of fp32 `logits` ([len(seqs), vocab]); tell hooks nothing yet."""
         forced = self._apply_hooks(logits, seqs)

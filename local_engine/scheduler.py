@@ -26,11 +26,12 @@ class ScheduledSeq:
     seq: Sequence
     num_new_tokens: int
     start: int  # position of the first new token (== seq.num_computed_tokens at scheduling)
+    samples: bool = False  # the chunk reaches the sequence's last token, so the step yields its next token
 
-    @property
-    def samples(self) -> bool:
-        """Whether this chunk reaches the sequence's last token, so the step produces its next token."""
-        return self.start + self.num_new_tokens == self.seq.num_tokens
+    @classmethod
+    def of(cls, seq: Sequence, num_new_tokens: int) -> ScheduledSeq:
+        start = seq.num_computed_tokens
+        return cls(seq, num_new_tokens, start, start + num_new_tokens == seq.num_tokens)
 
 
 @dataclass
@@ -126,7 +127,7 @@ class Scheduler:
                     break
             if seq.status is not SequenceStatus.RUNNING:
                 continue
-            item = ScheduledSeq(seq, n, seq.num_computed_tokens)
+            item = ScheduledSeq.of(seq, n)
             scheduled[id(seq)] = item
             out.items.append(item)
             budget -= n
@@ -144,7 +145,7 @@ class Scheduler:
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            item = ScheduledSeq(seq, n, seq.num_computed_tokens)
+            item = ScheduledSeq.of(seq, n)
             out.items.append(item)
             budget -= n
         return out

@@ -1,0 +1,111 @@
+"""Sampler: greedy, seeded per-request streams, top-k / top-p, hook masks and forced tokens, logprobs."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from parley.local_engine.config import SamplingParams  # noqa: E402
+from parley.local_engine.sampler import Sampler, derive_seed, unpack_bitmask  # noqa: E402
+from parley.local_engine.sequence import Sequence  # noqa: E402
+
+V = 100
+
+
+def seq(params: SamplingParams, hook: object = None, rid: str = "r") -> Sequence:
+    return Sequence(rid, [1, 2, 3], params, hook=hook)
+
+
+def flat_logits(n: int = 1) -> torch.Tensor:
+    return torch.zeros(n, V)
+
+
+def draw(s: Sequence, steps: int, logits: torch.Tensor | None = None) -> list[int]:
+    sampler = Sampler(V, torch.device("cpu"))
+    base = flat_logits() if logits is None else logits
+    return [sampler(base.clone(), [s])[0][0] for _ in range(steps)]
+
+
+def test_greedy_takes_the_argmax() -> None:
+    logits = torch.randn(3, V)
+    tokens, _ = Sampler(V, torch.device("cpu"))(logits.clone(), [seq(SamplingParams()) for _ in range(3)])
+    assert tokens == logits.argmax(-1).tolist()
+
+
+def test_same_seed_reproduces_and_different_seeds_are_not_shifted_copies() -> None:
+    p1, p2 = SamplingParams(temperature=1.0, seed=1), SamplingParams(temperature=1.0, seed=2)
+    a = draw(seq(p1), 40)
+    assert a == draw(seq(p1), 40)
+    b = draw(seq(p2), 40)
+    assert a != b
+    # the seed+step bug: request 2's step k equals request 1's step k+1
+    assert a[1:] != b[:-1] and b[1:] != a[:-1]
+    assert derive_seed(1) != derive_seed(2)
+
+
+def test_a_requests_stream_does_not_depend_on_its_batch_neighbours() -> None:
+    sampler = Sampler(V, torch.device("cpu"))
+    p = SamplingParams(temperature=1.0, seed=7)
+    alone = seq(p)
+    solo = [sampler(flat_logits(), [alone])[0][0] for _ in range(20)]
+    batched_seq = seq(p, rid="b")
+    others = [seq(SamplingParams(temperature=1.0, seed=s), rid=f"o{s}") for s in range(3)]
+    batched = [sampler(flat_logits(4), [others[0], batched_seq, others[1], others[2]])[0][1] for _ in range(20)]
+    assert solo == batched
+
+
+def test_top_k_and_top_p_restrict_the_support() -> None:
+    logits = torch.arange(V, dtype=torch.float32).unsqueeze(0) / 10
+    top_k = draw(seq(SamplingParams(temperature=1.0, top_k=3, seed=0)), 60, logits)
+    assert set(top_k) <= {97, 98, 99}
+    # with probabilities 0.9 / 0.09 / ..., top_p=0.5 keeps only the first token
+    peaked = torch.full((1, V), -10.0)
+    peaked[0, 5], peaked[0, 6] = 5.0, 2.7
+    assert set(draw(seq(SamplingParams(temperature=1.0, top_p=0.5, seed=0)), 30, peaked)) == {5}
+
+
+def test_unpack_bitmask_layout_matches_xgrammar() -> None:
+    mask = torch.zeros(1, 4, dtype=torch.int32)
+    mask[0, 0] = 1 << 3
+    mask[0, 2] = -(1 << 31)  # token 95: the sign bit of word 2
+    allowed = unpack_bitmask(mask, V)
+    assert allowed[0].nonzero().flatten().tolist() == [3, 95]
+
+
+class OnlyEvenHook:
+    def __init__(self, force: int | None = None) -> None:
+        self.force = force
+        self.accepted: list[int] = []
+
+    def forced_token(self) -> int | None:
+        return self.force
+
+    def fill_bitmask(self, row: torch.Tensor) -> bool:
+        assert row.dtype == torch.int32 and bool((row == -1).all())  # pre-filled: all allowed
+        row.fill_(0x55555555)  # bits 0, 2, 4, ...: even token ids
+        return True
+
+    def accept_token(self, token_id: int) -> None:
+        self.accepted.append(token_id)
+
+    def is_terminated(self) -> bool:
+        return False
+
+
+def test_hook_masks_and_forced_tokens() -> None:
+    logits = torch.zeros(3, V)
+    logits[:, 51] = 10.0  # odd favourite
+    logits[:, 40] = 5.0
+    rows = [seq(SamplingParams(), OnlyEvenHook()), seq(SamplingParams()), seq(SamplingParams(), OnlyEvenHook(force=7))]
+    tokens, _ = Sampler(V, torch.device("cpu"))(logits, rows)
+    assert tokens == [40, 51, 7]
+
+
+def test_logprobs_report_the_chosen_token_and_top_alternatives() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2] + [1e-9] * (V - 3)]))
+    _, lps = Sampler(V, torch.device("cpu"))(logits, [seq(SamplingParams(logprobs=2))])
+    lp = lps[0]
+    assert lp is not None and lp.token_id == 0
+    assert lp.logprob == pytest.approx(torch.log(torch.tensor(0.5)).item(), abs=1e-4)
+    assert list(lp.top) == [0, 1]
