@@ -199,11 +199,9 @@ class LocalBackend:
     # -- helpers ------------------------------------------------------------------------------------
     @staticmethod
     def _offered_tools(request: ModelRequest) -> list[ToolSpec]:
-        if request.tool_choice == "none" or not request.tools:
-            return []
+        """Tools to render: all of them whatever the choice, so the prompt prefix (and its cache) stays stable."""
         if isinstance(request.tool_choice, NamedToolChoice):
-            named = [t for t in request.tools if t.name == request.tool_choice.name]
-            if not named:
+            if not any(t.name == request.tool_choice.name for t in request.tools):
                 raise ConfigurationError(f"tool_choice names {request.tool_choice.name!r}, which is not offered")
         return list(request.tools)
 
@@ -216,7 +214,7 @@ class LocalBackend:
         vocab = getattr(engine, "vocab_size", None)
         choice = request.tool_choice
         triggers: list[Any] = [THINK_END] if reasoning else []
-        if tools:
+        if tools and choice != "none":
             callable_tools = tools
             if isinstance(choice, NamedToolChoice):
                 callable_tools = [t for t in tools if t.name == choice.name]
