@@ -23,6 +23,7 @@ from parley.protocol._harmony_tokens import (
     SPECIAL_BY_ID,
     HarmonyEncoding,
     could_start_special,
+    encodable_text,
     load_harmony_encoding,
     split_special,
 )
@@ -210,7 +211,7 @@ class StreamParser:
         if special:
             self._machine.special(piece)
         else:
-            self._machine.data(piece.encode("utf-8", errors="surrogatepass"))
+            self._machine.data(encodable_text(piece).encode("utf-8"))
 
     def _flush_text(self) -> None:
         for piece, special in self._splitter.flush():

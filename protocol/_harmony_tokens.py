@@ -213,6 +213,15 @@ def _load_o200k(path: str) -> _TiktokenBase:
 SpecialSpec = Literal["all"] | Collection[str]
 
 
+def encodable_text(text: str) -> str:
+    """Lone surrogates (not encodable as UTF-8) become U+FFFD, as tiktoken does, instead of raising."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 class HarmonyEncoding:
     """`o200k_harmony`-style encoding: Harmony special tokens over an ordinary-token base."""
 
@@ -237,7 +246,7 @@ class HarmonyEncoding:
     # -- encoding ------------------------------------------------------------------------------------
     def encode_ordinary(self, text: str) -> list[int]:
         """Encode text with every special-token string treated as plain text (the untrusted-text path)."""
-        return self._base.encode_ordinary(text)
+        return self._base.encode_ordinary(encodable_text(text))
 
     def encode(
         self, text: str, *, allowed_special: SpecialSpec = (), disallowed_special: SpecialSpec = "all"
@@ -248,7 +257,7 @@ class HarmonyEncoding:
         ids: list[int] = []
         for piece, special in split_special(text, allowed | disallowed):
             if not special:
-                ids.extend(self._base.encode_ordinary(piece))
+                ids.extend(self._base.encode_ordinary(encodable_text(piece)))
             elif piece in allowed:
                 ids.append(SPECIAL_TOKENS[piece])
             else:
@@ -262,7 +271,7 @@ class HarmonyEncoding:
             if special:
                 ids.append(SPECIAL_TOKENS[piece])
             else:
-                ids.extend(self._base.encode_ordinary(piece))
+                ids.extend(self._base.encode_ordinary(encodable_text(piece)))
         return ids
 
     # -- decoding -------------------------------------------------------------------------------------

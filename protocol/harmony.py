@@ -19,6 +19,10 @@ So parley never turns rendered text into ids (`RenderedPrompt.token_ids` encodes
 `RenderedPrompt.text_is_unambiguous` says when the text form is lossy, and the stream parser's text
 path is meant for model output (which a model writes with real special tokens), not for user text.
 
+Invalid UTF-8 inside a message (bytes split across tokens that never complete) becomes U+FFFD, in
+strict parsing too, as in the reference; `HarmonyEncoding.decode_utf8` is the strict decoder and
+raises `DecodeError`.
+
 Analysis dropping (`auto_drop_analysis`, default True as in the reference): once the last assistant
 message is on `final`, the `analysis` messages before the first `final` are left out.
 """
@@ -47,6 +51,7 @@ from parley.protocol._harmony_tokens import (
     STOP_TOKENS_FOR_ASSISTANT_ACTIONS,
     HarmonyEncoding,
     byte_level_encoding,
+    encodable_text,
     load_harmony_encoding,
     split_special,
     vocabulary_candidates,
@@ -205,7 +210,7 @@ def parse_messages(
             if special:
                 machine.special(piece)
             else:
-                machine.data(piece.encode("utf-8", errors="surrogatepass"))
+                machine.data(encodable_text(piece).encode("utf-8"))
     else:
         vocabulary = encoding
         for token in completion:

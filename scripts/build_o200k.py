@@ -37,14 +37,21 @@ def _sha256(data: bytes) -> str:
 
 def npm_pack(package: str, workdir: Path) -> Path:
     """`npm pack` the package into `workdir` (downloads the tarball only; runs no package scripts)."""
-    result = subprocess.run(
-        ["npm", "pack", package, "--silent", "--pack-destination", str(workdir)],
-        cwd=workdir,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    try:
+        result = subprocess.run(
+            ["npm", "pack", package, "--silent", "--pack-destination", str(workdir)],
+            cwd=workdir,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    except FileNotFoundError:
+        raise SystemExit("npm not found: install Node.js/npm, or pass --tgz with a js-tiktoken tarball") from None
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"npm pack {package} failed: {exc.stderr.strip()}") from None
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"npm pack {package} timed out") from None
     name = result.stdout.strip().splitlines()[-1]
     return workdir / name
 
