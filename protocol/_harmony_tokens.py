@@ -265,13 +265,23 @@ class HarmonyEncoding:
         return ids
 
     def encode_pieces(self, pieces: Iterable[tuple[str, bool]]) -> list[int]:
-        """Encode `(text, is_special)` pieces: specials by id, everything else as ordinary text."""
+        """Encode `(text, is_special)` pieces: specials by id, everything else as ordinary text.
+
+        Adjacent ordinary pieces are encoded together, so the ids are those of the whole text encoded
+        with exactly these special tokens (BPE merges never depend on how the renderer cut its text).
+        """
         ids: list[int] = []
+        run: list[str] = []
         for piece, special in pieces:
-            if special:
-                ids.append(SPECIAL_TOKENS[piece])
-            else:
-                ids.extend(self._base.encode_ordinary(encodable_text(piece)))
+            if not special:
+                run.append(piece)
+                continue
+            if run:
+                ids.extend(self._base.encode_ordinary(encodable_text("".join(run))))
+                run = []
+            ids.append(SPECIAL_TOKENS[piece])
+        if run:
+            ids.extend(self._base.encode_ordinary(encodable_text("".join(run))))
         return ids
 
     # -- decoding -------------------------------------------------------------------------------------

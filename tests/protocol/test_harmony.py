@@ -315,3 +315,12 @@ def test_token_ids_need_a_vocabulary_or_say_how_to_get_one(monkeypatch: pytest.M
     parser = harmony.StreamParser()
     events = parser.feed(200005) + parser.feed(1234)  # <|channel|> is known without a vocabulary
     assert [e.code for e in events if isinstance(e, ErrorEvent)] == ["vocabulary_unavailable"]
+
+
+def test_the_text_form_of_an_injection_is_ambiguous_which_is_why_ids_come_from_pieces() -> None:
+    prompt = harmony.render_conversation(Conversation(messages=[Message.user(INJECTION)]), system=None)
+    # Parsing the *text* sees the injected tokens as real ones (documented: text has no trust boundary)...
+    assert [m.role for m in harmony.parse_messages(prompt.text)] == ["user", "system", "assistant"]
+    # ...while the ids keep the user's message whole.
+    assert [m.role for m in harmony.parse_messages(prompt.token_ids(BYTES), encoding=BYTES)] == ["user"]
+    assert harmony.render_conversation([Message.user("plain")], system=None).text_is_unambiguous
