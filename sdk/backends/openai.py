@@ -1,0 +1,276 @@
+"""`OpenAIBackend`: ``/v1/chat/completions`` over httpx, for OpenAI, vLLM and SGLang servers.
+
+One backend, three dialects (``flavor``; ``"auto"`` asks the server once: ``api.openai.com`` is
+OpenAI, a ``/version`` answer is vLLM, a ``/get_server_info`` answer is SGLang, anything else is
+treated as plain OpenAI-compatible):
+
+=================  =============================  ===============================  ==========================
+setting            openai                         vllm                             sglang
+=================  =============================  ===============================  ==========================
+output schema      ``response_format`` strict     ``structured_outputs.json``      ``response_format``
+                   (schema made strict-mode)      (never the removed ``guided_*``) json_schema
+Reasoning.effort   ``reasoning_effort``           ``reasoning_effort``             ``reasoning_effort``
+Reasoning.budget   rejected (names the setting)   ``thinking_token_budget``        rejected
+reasoning text     —                              ``reasoning`` field              ``reasoning_content``
+tenant             ``safety_identifier``          ``cache_salt``                   ``cache_salt``
+=================  =============================  ===============================  ==========================
+
+``CachePolicy.prompt_cache_key`` becomes ``prompt_cache_key``; streams ask for
+``stream_options.include_usage`` so usage arrives in the last chunk. Tool-call deltas are assembled
+by ``index``. Retries and typed errors as for `AnthropicBackend`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import httpx
+
+from parley.backends.base import BackendCapabilities, ModelRequest, ModelResponse, NamedToolChoice
+from parley.backends.errors import (
+    APIConnectionError,
+    MalformedStreamError,
+    ModelAPIError,
+    ReasoningSettingError,
+    StreamInterruptedError,
+    error_from_status,
+    retrying,
+)
+from parley.pricing import model_info
+from parley.protocol import ErrorEvent, Event, UsageEvent
+from parley.protocol import openai as wire
+from parley.protocol._wire_history import prepare_history
+from parley.usage import from_openai
+
+Flavor = Literal["openai", "vllm", "sglang", "auto"]
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIBackend:
+    """A `Backend` over an OpenAI-compatible Chat Completions endpoint."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        flavor: Flavor = "openai",
+        max_tokens: int | None = None,
+        max_retries: int = 3,
+        retry_base_delay: float = 0.5,
+        max_retry_delay: float = 60.0,
+        timeout: float = 600.0,
+        extra_body: dict[str, Any] | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if flavor not in ("openai", "vllm", "sglang", "auto"):
+            from parley.errors import ConfigurationError
+
+            raise ConfigurationError(f"OpenAIBackend flavor must be openai, vllm, sglang or auto, not {flavor!r}")
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.flavor: Flavor = flavor
+        self.max_tokens = max_tokens
+        self.max_retries = max_retries
+        self.retry_base_delay = retry_base_delay
+        self.max_retry_delay = max_retry_delay
+        self.extra_body = dict(extra_body or {})
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = http_client or httpx.AsyncClient(timeout=timeout)
+        self.info = model_info("openai", model)
+
+    @property
+    def name(self) -> str:
+        return f"{self.flavor}:{self.model}"
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        return BackendCapabilities(reasoning=bool(self.info.get("reasoning", True)), prompt_cache=True)
+
+    # -- flavor -------------------------------------------------------------------------------
+    async def resolve_flavor(self) -> Literal["openai", "vllm", "sglang"]:
+        """The concrete dialect; ``auto`` probes the server once and remembers the answer."""
+        if self.flavor != "auto":
+            return self.flavor
+        detected: Literal["openai", "vllm", "sglang"] = "openai"
+        if urlsplit(self.base_url).hostname != "api.openai.com":
+            root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+            if await self._probe(f"{root}/version", "version"):
+                detected = "vllm"
+            elif await self._probe(f"{root}/get_server_info", None):
+                detected = "sglang"
+        self.flavor = detected
+        return detected
+
+    async def _probe(self, url: str, key: str | None) -> bool:
+        try:
+            response = await self._client.get(url, headers=self._headers, timeout=5.0)
+            return response.status_code == 200 and (key is None or key in response.json())
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    # -- request building ---------------------------------------------------------------------
+    def build_body(self, request: ModelRequest, flavor: Literal["openai", "vllm", "sglang"], *,
+                   stream: bool = False) -> dict[str, Any]:
+        sampling = request.sampling
+        extra: dict[str, Any] = {}
+        max_tokens = sampling.max_tokens or self.max_tokens
+        if max_tokens is not None:
+            extra["max_completion_tokens" if flavor == "openai" else "max_tokens"] = max_tokens
+        extra.update(temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed)
+        if sampling.stop:
+            extra["stop"] = list(sampling.stop)
+        extra.update(self._reasoning(request, flavor))
+        if request.output_schema is not None:
+            if flavor == "vllm":
+                extra["structured_outputs"] = {"json": request.output_schema}
+            else:
+                extra["response_format"] = wire.response_format(request.output_schema, strict=flavor == "openai")
+        if request.tenant is not None:
+            extra["safety_identifier" if flavor == "openai" else "cache_salt"] = request.tenant
+        policy = request.cache
+        if policy is not None and policy.enabled and policy.prompt_cache_key:
+            extra["prompt_cache_key"] = policy.prompt_cache_key
+        choice = request.tool_choice
+        history = prepare_history(request.conversation.messages, provider=flavor)
+        body = wire.build_request(
+            self.model,
+            history,
+            request.tools,
+            tool_choice="auto" if isinstance(choice, NamedToolChoice) else choice,
+            tool_name=choice.name if isinstance(choice, NamedToolChoice) else None,
+            stream=stream,
+            developer_role=flavor == "openai",
+            **extra,
+        )
+        body.update(self.extra_body)
+        return body
+
+    def _reasoning(self, request: ModelRequest, flavor: str) -> dict[str, Any]:
+        reasoning = request.reasoning
+        if reasoning is None:
+            return {}
+        out: dict[str, Any] = {}
+        where = f"{flavor} model {self.model!r}"
+        if reasoning.effort is not None:
+            if flavor == "openai" and self.info.get("known") and not self.info.get("reasoning"):
+                raise ReasoningSettingError(f"{where} rejects Reasoning.effort: it is not a reasoning model")
+            out["reasoning_effort"] = reasoning.effort
+        if reasoning.budget_tokens is not None:
+            if flavor != "vllm":
+                raise ReasoningSettingError(
+                    f"{where} rejects Reasoning.budget_tokens: only vLLM has a reasoning budget "
+                    "(thinking_token_budget); use Reasoning(effort=...)"
+                )
+            out["thinking_token_budget"] = reasoning.budget_tokens
+        if flavor == "sglang":
+            out["separate_reasoning"] = True
+        return out
+
+    # -- transport ------------------------------------------------------------------------------
+    async def _post(self, body: dict[str, Any]) -> httpx.Response:
+        url = f"{self.base_url}/chat/completions"
+        stream = bool(body.get("stream"))
+        try:
+            request = self._client.build_request("POST", url, json=body, headers=self._headers)
+            response = await self._client.send(request, stream=stream)
+        except httpx.HTTPError as exc:
+            raise APIConnectionError(f"cannot reach {url}: {type(exc).__name__}: {exc}", provider=self.flavor) from exc
+        if response.status_code >= 400:
+            raw = await response.aread()
+            await response.aclose()
+            try:
+                payload: Any = json.loads(raw)
+            except ValueError:
+                payload = raw.decode(errors="replace")
+            raise error_from_status(response.status_code, payload, dict(response.headers), provider=self.flavor,
+                                    request_id_header="x-request-id")
+        return response
+
+    async def _with_retries(self, body: dict[str, Any]) -> httpx.Response:
+        return await retrying(lambda: self._post(body), max_retries=self.max_retries,
+                              base_delay=self.retry_base_delay, max_delay=self.max_retry_delay)
+
+    # -- Backend API ----------------------------------------------------------------------------
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        flavor = await self.resolve_flavor()
+        body = self.build_body(request, flavor)
+        response = await self._with_retries(body)
+        try:
+            decoded = wire.decode_response(response.json(), provider=flavor)
+        except Exception as exc:
+            raise MalformedStreamError(f"unreadable {flavor} response: {exc}", provider=flavor,
+                                       status_code=response.status_code) from exc
+        usage = from_openai(decoded.usage, model=self.model if flavor == "openai" else None, provider=flavor)
+        return ModelResponse(messages=[decoded.message], usage=usage, finish_reason=decoded.finish_reason,
+                             model=decoded.model or self.model)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Event]:
+        flavor = await self.resolve_flavor()
+        body = self.build_body(request, flavor, stream=True)
+        response = await self._with_retries(body)
+        decoder = wire.StreamDecoder(provider=flavor)
+        failure: ModelAPIError | None = None
+        finished = False
+        try:
+            async for data in _sse_data(response):
+                if data == "[DONE]":
+                    finished = True
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError as exc:
+                    failure = MalformedStreamError(f"malformed {flavor} stream chunk {data[:80]!r}: {exc}",
+                                                   provider=flavor)
+                    break
+                for event in decoder.feed(chunk):
+                    if isinstance(event, ErrorEvent) and event.code != "malformed_chunk":
+                        failure = error_from_status(500, chunk, {}, provider=flavor)
+                    yield event
+                if failure is not None:
+                    break
+        except httpx.HTTPError as exc:
+            failure = StreamInterruptedError(f"{flavor} stream interrupted: {type(exc).__name__}: {exc}",
+                                             provider=flavor)
+        finally:
+            await response.aclose()
+        if failure is None and not finished and decoder.finish_reason is None:
+            failure = StreamInterruptedError(f"the {flavor} stream ended without finishing", provider=flavor)
+        if failure is not None:
+            yield ErrorEvent(code="stream_interrupted" if isinstance(failure, StreamInterruptedError)
+                             else "malformed_stream" if isinstance(failure, MalformedStreamError) else "api_error",
+                             message=str(failure))
+            raise failure
+        for event in decoder.finish():
+            yield event
+        usage = from_openai(decoder.usage, model=self.model if flavor == "openai" else None, provider=flavor)
+        if not decoder.usage:
+            usage = usage.model_copy(update={"cost": None})
+        yield UsageEvent(usage=usage)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
+    """The ``data:`` payloads of a server-sent-event stream (multi-line data joined by newlines)."""
+    lines: list[str] = []
+    async for line in response.aiter_lines():
+        if not line:
+            if lines:
+                yield "\n".join(lines)
+                lines = []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        if field == "data":
+            lines.append(value[1:] if value.startswith(" ") else value)
+    if lines:
+        yield "\n".join(lines)

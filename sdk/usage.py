@@ -1,0 +1,76 @@
+"""Provider usage objects -> one normalised `Usage`, never double counting.
+
+The trap (reference table): Anthropic's ``input_tokens`` *excludes* cache reads and writes, while
+OpenAI's ``prompt_tokens`` (Chat) and ``input_tokens`` (Responses) *include* the cached tokens. The
+normalised ledger always holds the uncached remainder in `Usage.input_tokens`, so
+``input + cache_read + cache_write`` is the whole prompt for every provider. Reasoning tokens are
+part of the output everywhere; `Usage.reasoning_tokens` only says how many of them.
+
+The provider's own object is kept in `Usage.raw`; the cost comes from `parley.pricing`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from parley.pricing import with_cost
+from parley.protocol import Usage
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return max(0, int(value))
+
+
+def _get(mapping: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(mapping, Mapping):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def from_anthropic(raw: Mapping[str, Any], *, model: str | None = None) -> Usage:
+    """Anthropic Messages usage: ``input_tokens`` is already the uncached remainder."""
+    write = _int(raw.get("cache_creation_input_tokens"))
+    split_5m = _int(_get(raw, "cache_creation", "ephemeral_5m_input_tokens"))
+    split_1h = _int(_get(raw, "cache_creation", "ephemeral_1h_input_tokens"))
+    usage = Usage(
+        input_tokens=_int(raw.get("input_tokens")),
+        cache_read_tokens=_int(raw.get("cache_read_input_tokens")),
+        cache_write_tokens=max(write, split_5m + split_1h),
+        cache_write_5m_tokens=split_5m,
+        cache_write_1h_tokens=split_1h,
+        output_tokens=_int(raw.get("output_tokens")),
+        requests=1,
+        raw=[dict(raw)],
+    )
+    return with_cost(usage, "anthropic", model) if model else usage
+
+
+def from_openai(raw: Mapping[str, Any], *, model: str | None = None, provider: str = "openai") -> Usage:
+    """OpenAI Chat Completions or Responses usage: cached tokens are subtracted from the prompt count."""
+    if "prompt_tokens" in raw:  # Chat Completions (also vLLM / SGLang)
+        prompt = _int(raw.get("prompt_tokens"))
+        details = raw.get("prompt_tokens_details") or {}
+        output = _int(raw.get("completion_tokens"))
+        reasoning = _int(_get(raw, "completion_tokens_details", "reasoning_tokens"))
+    else:  # Responses API
+        prompt = _int(raw.get("input_tokens"))
+        details = raw.get("input_tokens_details") or {}
+        output = _int(raw.get("output_tokens"))
+        reasoning = _int(_get(raw, "output_tokens_details", "reasoning_tokens"))
+    read = min(prompt, _int(_get(details, "cached_tokens")))
+    write = min(prompt - read, _int(_get(details, "cache_write_tokens")))
+    usage = Usage(
+        input_tokens=prompt - read - write,
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        output_tokens=output,
+        reasoning_tokens=min(reasoning, output),
+        requests=1,
+        raw=[dict(raw)],
+    )
+    return with_cost(usage, provider, model) if model else usage
