@@ -101,7 +101,9 @@ def to_conversation(request: an.MessagesRequest) -> Conversation:
             elif m.role != "assistant":
                 raise invalid(f"{where}: {block.type} blocks belong in assistant messages", where)
             elif isinstance(block, an.ToolUseBlock):
-                parts.append(ToolCall(id=block.id, name=block.name, arguments=block.input))
+                parts.append(
+                    ToolCall(id=block.id, name=block.name, arguments=json.dumps(block.input, ensure_ascii=False))
+                )
             elif isinstance(block, an.ThinkingBlock):
                 parts.append(ReasoningPart(text=block.thinking, signature=block.signature, provider="anthropic"))
             else:
@@ -327,7 +329,13 @@ async def messages(request: Request) -> Response:
     parsed = validate_as(an.MessagesRequest, body)
     state.check_model(parsed.model)
     spec = to_turn_spec(parsed, cache_salt(tenant), deadline_from(request, parsed.deadline_s))
-    turn = Turn(state.engine, state.codec, spec, max_tokens_default=state.config.default_max_tokens)
+    turn = Turn(
+        state.engine,
+        state.codec,
+        spec,
+        max_tokens_default=state.config.default_max_tokens,
+        constrain_auto_tools=state.config.constrain_auto_tool_calls,
+    )
     message_id = "msg_" + spec.request_id
     await run_or_cancel_on_disconnect(request, turn.start())
     if parsed.stream:

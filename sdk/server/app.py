@@ -19,7 +19,7 @@ from parley.server.anthropic_routes import messages
 from parley.server.config import ServerConfig
 from parley.server.context import ServerState, error_response, state_of
 from parley.server.engine_port import EnginePort
-from parley.server.errors import ApiError, ErrorKind
+from parley.server.errors import ApiError, Dialect, ErrorKind
 from parley.server.metrics import Metrics
 from parley.server.openai_routes import chat_completions, list_models
 from parley.server.prompting import ChatTemplatePrompts, PromptCodec
@@ -45,7 +45,7 @@ def _jsonable(stats: dict[str, Any]) -> dict[str, Any]:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    dialect = "anthropic" if request.url.path.startswith("/v1/messages") else "openai"
+    dialect: Dialect = "anthropic" if request.url.path.startswith("/v1/messages") else "openai"
     kind = {404: ErrorKind.NOT_FOUND, 413: ErrorKind.TOO_LARGE}.get(exc.status_code, ErrorKind.INVALID_REQUEST)
     message = {404: f"no route for {request.url.path}", 405: f"method {request.method} is not allowed here"}.get(
         exc.status_code, str(exc.detail)
@@ -61,9 +61,10 @@ def create_app(
 ) -> Starlette:
     """The ASGI app serving `engine`. `codec` defaults to the chat-template codec for its tokenizer."""
     config = config or ServerConfig()
+    prompts: PromptCodec = codec if codec is not None else ChatTemplatePrompts(engine.tokenizer)
     state = ServerState(
         engine=engine,
-        codec=codec if codec is not None else ChatTemplatePrompts(engine.tokenizer),
+        codec=prompts,
         config=config,
         metrics=Metrics(engine.stats),
     )

@@ -29,5 +29,8 @@ class ServerConfig:
     max_concurrent: int = 256
     default_max_tokens: int = 1024
     max_deadline_s: float = 3600.0
+    constrain_auto_tool_calls: bool = True
+    """With `tool_choice: auto`, enforce each tool's schema once the model opens a `<tool_call>` (vLLM only
+    does this for strict tools; a small model needs it for every call)."""
     retry_after_s: float = 1.0
     """The `retry-after` sent when the server is at `max_concurrent` and the engine gives no better hint."""

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
 from starlette.background import BackgroundTask
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from parley.server.config import ServerConfig
@@ -122,10 +122,10 @@ def endpoint(dialect: Dialect, name: str) -> Callable[[Handler], Handler]:
                 metrics.inc("requests_refused_total", endpoint=name, reason="concurrency")
             else:
                 metrics.request_started()
-                lease = _Lease(metrics)
+                lease: _Lease | None = _Lease(metrics)
                 try:
                     response = await handler(request)
-                    if isinstance(response, StreamingResponse):
+                    if isinstance(response, StreamingResponse) and lease is not None:
                         _hold_until_streamed(response, lease)
                         lease = None
                 except ApiError as exc:

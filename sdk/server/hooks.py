@@ -20,19 +20,22 @@ if TYPE_CHECKING:
     from parley.server.turn import TurnSpec
 
 
-def _compile(spec: Any, tokenizer: Any, param: str) -> Any:
-    """Compile a constrained spec to an engine hook; a schema that does not compile is a 400 on `param`."""
+def _compile(spec: Any, engine: Any, codec: PromptCodec, param: str, triggers: list[Any]) -> Any:
+    """Compile a constrained spec into an engine hook; a spec that cannot be enforced is a 400 on `param`."""
+    from parley.constrained import BackendUnavailableError, ConstrainedError, ConstraintHook, compile
+
     try:
-        from parley.constrained import ConstrainedError, compile_hook
-    except ImportError:  # pragma: no cover - the constrained layer is part of the package
-        raise ApiError(
-            "structured output is not available: parley.constrained has no engine hook adapter",
-            kind=ErrorKind.INTERNAL,
-        ) from None
-    try:
-        return compile_hook(spec, tokenizer)
+        matcher = compile(
+            spec,
+            engine.tokenizer,
+            vocab_size=getattr(engine, "vocab_size", None),
+            stop_token_ids=list(codec.stop_token_ids),
+        )
+    except BackendUnavailableError as exc:  # our fault, not the client's
+        raise ApiError(f"structured output is unavailable: {exc}", kind=ErrorKind.INTERNAL) from None
     except ConstrainedError as exc:
         raise invalid(f"{param}: the schema cannot be enforced: {exc}", param=param, code="invalid_schema") from None
+    return ConstraintHook(matcher, triggers=triggers)
 
 
 def _check_schema(schema: dict[str, Any], param: str) -> None:
@@ -49,23 +52,6 @@ def _check_schema(schema: dict[str, Any], param: str) -> None:
         ) from None
 
 
-def _schema_spec(schema: dict[str, Any], param: str) -> Any:
-    _check_schema(schema, param)
-    try:
-        from parley.constrained import JsonSchema
-    except ImportError:  # pragma: no cover
-        raise ApiError("structured output is not available in this build", kind=ErrorKind.INTERNAL) from None
-    return JsonSchema(schema)
-
-
-def _tool_calls_spec(tools: list[Any], parallel: bool) -> Any:
-    try:
-        from parley.constrained import ToolCalls
-    except ImportError:  # pragma: no cover
-        raise ApiError("forced tool calls are not available in this build", kind=ErrorKind.INTERNAL) from None
-    return ToolCalls(tools, parallel=parallel)
-
-
 @dataclass(frozen=True)
 class TurnHooks:
     """The engine hook for a turn (None when nothing constrains it) and its reasoning budget, if any."""
@@ -74,20 +60,26 @@ class TurnHooks:
     reasoning: ReasoningBudgetHook | None
 
 
-def build_hooks(spec: TurnSpec, codec: PromptCodec, tokenizer: Any) -> TurnHooks:
+def build_hooks(spec: TurnSpec, codec: PromptCodec, engine: Any, *, constrain_auto_tools: bool = True) -> TurnHooks:
     """The hook (or composed hooks) for this turn: grammar for the output or tool calls, reasoning budget."""
+    from parley.constrained import TOOL_CALL_OPEN, JsonSchema, ToolCalls
+
     hooks: list[Any] = []
     if spec.output_schema is not None or spec.json_object:
         param = spec.output_schema_param if spec.output_schema is not None else "response_format"
         schema = spec.output_schema if spec.output_schema is not None else {"type": "object"}
-        hooks.append(_compile(_schema_spec(schema, param), tokenizer, param))
-    if spec.tools and (spec.tool_choice == "required" or isinstance(spec.tool_choice, tuple)):
+        _check_schema(schema, param)
+        hooks.append(_compile(JsonSchema(schema), engine, codec, param, []))
+    forced = spec.tool_choice == "required" or isinstance(spec.tool_choice, tuple)
+    if spec.tools and spec.tool_choice != "none" and (forced or constrain_auto_tools):
         tools = spec.tools
         if isinstance(spec.tool_choice, tuple):
             tools = [tool for tool in spec.tools if tool.name == spec.tool_choice[1]]
         for tool in tools:
             _check_schema(tool.parameters, f"tools[{spec.tools.index(tool)}].parameters")
-        hooks.append(_compile(_tool_calls_spec(tools, spec.parallel_tool_calls), tokenizer, "tools"))
+        calls = ToolCalls(tools, allow_multiple=spec.parallel_tool_calls, format="hermes")
+        # auto: the model may answer in text; once it opens <tool_call> the call must be valid
+        hooks.append(_compile(calls, engine, codec, "tools", [] if forced else [TOOL_CALL_OPEN]))
     budget = None
     if spec.thinking_budget is not None:
         from parley.reasoning import ReasoningBudgetHook
@@ -96,7 +88,7 @@ def build_hooks(spec: TurnSpec, codec: PromptCodec, tokenizer: Any) -> TurnHooks
             spec.thinking_budget,
             list(codec.think_end_ids),
             stop_token_ids=tuple(codec.stop_token_ids),
-            decode=tokenizer.decode,
+            decode=engine.tokenizer.decode,
         )
         hooks.append(budget)
     if not hooks:

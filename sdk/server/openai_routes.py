@@ -303,7 +303,13 @@ async def chat_completions(request: Request) -> Response:
     parsed = validate_as(oa.ChatCompletionRequest, body)
     state.check_model(parsed.model)
     spec = to_turn_spec(parsed, cache_salt(tenant, parsed.cache_salt), deadline_from(request, parsed.deadline_s))
-    turn = Turn(state.engine, state.codec, spec, max_tokens_default=state.config.default_max_tokens)
+    turn = Turn(
+        state.engine,
+        state.codec,
+        spec,
+        max_tokens_default=state.config.default_max_tokens,
+        constrain_auto_tools=state.config.constrain_auto_tool_calls,
+    )
     completion_id = "chatcmpl-" + spec.request_id
     created = int(time.time())
     await run_or_cancel_on_disconnect(request, turn.start())

@@ -26,8 +26,11 @@ class OutputParser(Protocol):
 class PromptCodec(Protocol):
     """What `Turn` needs: render, a fresh parser per request, stop ids and the reasoning terminator."""
 
-    stop_token_ids: Sequence[int]
-    think_end_ids: Sequence[int]
+    @property
+    def stop_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def think_end_ids(self) -> Sequence[int]: ...
 
     def render(self, conversation: Conversation, tools: Sequence[ToolSpec], *, thinking: bool) -> list[int]: ...
 
@@ -46,8 +49,18 @@ class ChatTemplatePrompts:
         else:
             self.codec = ChatTemplateCodec(tokenizer)
         self.tokenizer = tokenizer
-        self.stop_token_ids = list(self.codec.stop_token_ids())
-        self.think_end_ids = list(tokenizer.encode(THINK_END, add_special_tokens=False))
+        self._stop_ids = list(self.codec.stop_token_ids())
+        self._think_end_ids = list(tokenizer.encode(THINK_END, add_special_tokens=False))
+
+    @property
+    def stop_token_ids(self) -> Sequence[int]:
+        """Ids that end an assistant turn (`<|im_end|>`, EOS)."""
+        return self._stop_ids
+
+    @property
+    def think_end_ids(self) -> Sequence[int]:
+        """The tokens the reasoning budget forces to close `<think>`."""
+        return self._think_end_ids
 
     def render(self, conversation: Conversation, tools: Sequence[ToolSpec], *, thinking: bool) -> list[int]:
         try:

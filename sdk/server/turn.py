@@ -138,7 +138,15 @@ class _StopScanner:
 class Turn:
     """One request on the engine: `await start()`, then `async for item in events()`, then `close()`."""
 
-    def __init__(self, engine: EnginePort, codec: PromptCodec, spec: TurnSpec, *, max_tokens_default: int) -> None:
+    def __init__(
+        self,
+        engine: EnginePort,
+        codec: PromptCodec,
+        spec: TurnSpec,
+        *,
+        max_tokens_default: int,
+        constrain_auto_tools: bool = True,
+    ) -> None:
         self.engine = engine
         self.codec = codec
         self.spec = spec
@@ -149,7 +157,7 @@ class Turn:
         self._first: Any = None
         self.prompt_ids = self._render()
         self.max_tokens = self._token_limit(max_tokens_default)
-        self.hooks = build_hooks(spec, codec, engine.tokenizer)
+        self.hooks = build_hooks(spec, codec, engine, constrain_auto_tools=constrain_auto_tools)
         self.params = self._sampling_params()
 
     # -- preparation (every failure here is the client's: 400) ---------------------------------

@@ -18,6 +18,8 @@ def fake_engine() -> FakeEngine:
 
 def serve(engine: Any, **config: Any) -> BackgroundServer:
     config.setdefault("model_name", "test-model")
+    if isinstance(engine, FakeEngine):
+        config.setdefault("constrain_auto_tool_calls", False)  # the byte tokenizer has no grammar support
     return BackgroundServer(create_app(engine, config=ServerConfig(**config)))
 
 
