@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from parley.protocol._harmony_envelope import CallIdFactory, envelope_to_harmony, new_call_id
+from parley.protocol._harmony_envelope import CallIdFactory, EnvelopeConverter, envelope_to_harmony, new_call_id
 from parley.protocol._harmony_header import ParsedHeader
 from parley.protocol._harmony_parser import HarmonyMachine, StreamState
 from parley.protocol._harmony_render import (
@@ -98,6 +98,7 @@ __all__ = [
     "render_message",
     "render_system_content",
     "schema_to_typescript",
+    "to_envelope_messages",
     "to_harmony_messages",
     "vocabulary_candidates",
     "vocabulary_path",
@@ -230,6 +231,25 @@ def parse_messages(
         _code, message, error_type = sink.errors[0]
         raise error_type(message)
     return list(machine.messages)
+
+
+def to_envelope_messages(
+    messages: Iterable[HarmonyMessage], *, strict: bool = True, call_id_factory: CallIdFactory | None = None
+) -> list[Message]:
+    """Harmony messages as envelope messages (calls get fresh ids; results take their call's id by order).
+
+    Strict: `InvalidArgumentsError` for non-JSON arguments under a `json` content type,
+    `OrphanToolResultError` for a result that answers no earlier call.
+    """
+    converter = EnvelopeConverter(call_id_factory)
+    out: list[Message] = []
+    for message in messages:
+        envelope, problems = converter.convert(message)
+        if strict and problems:
+            _code, text, error_type = problems[0]
+            raise error_type(text)
+        out.append(envelope)
+    return out
 
 
 def parse_completion(

@@ -324,3 +324,14 @@ def test_the_text_form_of_an_injection_is_ambiguous_which_is_why_ids_come_from_p
     # ...while the ids keep the user's message whole.
     assert [m.role for m in harmony.parse_messages(prompt.token_ids(BYTES), encoding=BYTES)] == ["user"]
     assert harmony.render_conversation([Message.user("plain")], system=None).text_is_unambiguous
+
+
+def test_harmony_messages_convert_to_the_envelope_with_calls_and_results_paired() -> None:
+    messages = harmony.parse_messages(COMPLETION, role="assistant") + [
+        harmony.HarmonyMessage(role="tool", content="{}", name="functions.get_weather", recipient="assistant")
+    ]
+    reasoning, call, result = harmony.to_envelope_messages(messages, call_id_factory=ids_factory())
+    assert reasoning.reasoning == "Need weather."
+    assert result.tool_results[0].call_id == call.tool_calls[0].id == "call_0"
+    with pytest.raises(OrphanToolResultError):
+        harmony.to_envelope_messages(messages[2:])
