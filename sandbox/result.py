@@ -24,6 +24,7 @@ MAX_DEPTH = 64
 ERROR_TEXT_CAP = 4096
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s:]+:[^/@\s]*@")
 
 
@@ -101,7 +102,7 @@ def _normalise(value: Any, depth: int = 0) -> Any:
     if depth > MAX_DEPTH:
         raise ValueError(f"nesting deeper than {MAX_DEPTH}")
     if isinstance(value, str):
-        return value.encode("utf-8", "replace").decode("utf-8") if _has_surrogate(value) else value
+        return _SURROGATE.sub("\ufffd", value) if _has_surrogate(value) else value
     if isinstance(value, list):
         return [_normalise(v, depth + 1) for v in value]
     if isinstance(value, dict):

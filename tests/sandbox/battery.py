@@ -469,7 +469,7 @@ class Battery:
         return PRELUDE % json.dumps(self.ctx) + body
 
     def record(self, case: str, result: ExecResult, **extra: Any) -> None:
-        self.obs[case] = {"run": summarize(result), "leftover": descendants(os.getpid()), **extra}
+        self.obs[case] = {"run": summarize(result), **extra}
 
     async def run(self, body: str, **kwargs: Any) -> ExecResult:
         return await self.sandbox.run_python(self.code(body), **kwargs)
@@ -480,7 +480,7 @@ class Battery:
         result = await self.run(CHEAP + "\nR\n")
         probes = result.value if isinstance(result.value, dict) else {}
         for case, value in probes.items():
-            self.obs[case] = {"probe": value, "run": summarize(result), "leftover": descendants(os.getpid()),
+            self.obs[case] = {"probe": value, "run": summarize(result),
                               "host_paths": {p: os.path.exists(p) for p in
                                              ("/usr/pwned", f"/pwned-{self.tag}", f"/etc/parley-pwned-{self.tag}")}}
         self.obs["_cheap_run"] = summarize(result)
@@ -488,7 +488,7 @@ class Battery:
     async def escapes(self) -> None:
         result = await self.run(LANGUAGE_ESCAPES + "\nR\n")
         for case, value in (result.value or {}).items():
-            self.obs[case] = {"probe": value, "run": summarize(result), "leftover": descendants(os.getpid())}
+            self.obs[case] = {"probe": value, "run": summarize(result)}
         self.obs["_escape_run"] = summarize(result)
 
     async def artifacts(self) -> None:
@@ -503,8 +503,10 @@ write("plain.txt", b"plain")
         started = time.monotonic()
         result = await self.run(body, collect=["abs-link.txt", "canary-link.txt", "proc-root-link.txt",
                                                 "dir-link/etc/shadow", "fifo.txt", "plain.txt"])
-        for case in ("B4_absolute", "B4_canary", "B4_proc_root", "B4_dir_link", "B6"):
-            self.record(case, result, elapsed_s=time.monotonic() - started)
+        artifacts = {"B4_absolute": "abs-link.txt", "B4_canary": "canary-link.txt",
+                     "B4_proc_root": "proc-root-link.txt", "B4_dir_link": "dir-link/etc/shadow", "B6": "fifo.txt"}
+        for case, name in artifacts.items():
+            self.record(case, result, elapsed_s=time.monotonic() - started, artifact=name)
 
     async def single(self, case: str, body: str, **kwargs: Any) -> None:
         started = time.monotonic()
@@ -596,8 +598,7 @@ time.sleep(0.2)
         child.send_signal(signal.SIGKILL)
         child.wait()
         time.sleep(1.0)
-        self.obs["D11"] = {"seen_before": seen, "survivors": processes_with(marker),
-                           "leftover": descendants(os.getpid())}
+        self.obs["D11"] = {"seen_before": seen, "survivors": processes_with(marker)}
 
     async def d13_many(self) -> None:
         body = r'''
@@ -630,8 +631,9 @@ while True:
         stop.set()
         await beat
         forks = [int(r.stdout.split()[1]) if r.stdout.startswith("forks") else -1 for r in results]
-        self.obs["D13"] = {"forks": forks, "max_lag_s": max(lags), "limits": [r.limit for r in results],
-                           "durations": [r.duration_s for r in results], "leftover": descendants(os.getpid())}
+        lags.sort()
+        self.obs["D13"] = {"forks": forks, "max_lag_s": lags[-1], "p90_lag_s": lags[int(len(lags) * 0.9)], "limits": [r.limit for r in results],
+                           "durations": [r.duration_s for r in results]}
 
     async def all(self) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -692,7 +694,9 @@ while True:
         await self.d10_daemon()
         self.d11_runtime_killed()
         await self.d13_many()
-        self.obs["_meta"] = {"tier": self.tier, "euid": os.geteuid(), "elapsed_s": time.monotonic() - t0,
+        await asyncio.sleep(0.3)
+        self.obs["_meta"] = {"leftover": descendants(os.getpid()), "tier": self.tier, "euid": os.geteuid(),
+                             "elapsed_s": time.monotonic() - t0,
                              "listeners": dict(self.listeners.counts), "marker_exists": os.path.exists(self.marker),
                              "harness_pid": os.getpid(), "host_hostname": socket.gethostname(),
                              "canary_file": self.canary_file}
