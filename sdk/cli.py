@@ -1,4 +1,4 @@
-"""The `parley` command line: demo, chat (and the subcommands other parts register: serve, bench).
+"""The `parley` command line: demo, chat, and serve (registered by `parley.server.cli`).
 
 ``parley demo`` is the main job in one command: the embedded SmolLM2-135M on CPU, no network. An
 agent with two tools — a lookup over a small built-in table (its argument constrained to the
@@ -221,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--max-tokens", type=int, default=256)
     chat.add_argument("--temperature", type=float, default=0.0)
     chat.set_defaults(func=_chat)
+
+    from parley.server.cli import add_serve_command
+
+    add_serve_command(sub)
     return parser
 
 
