@@ -133,6 +133,7 @@ class RunLoop:
             result = state.records[call.id]
             state.messages.append(Message(role=Role.TOOL, parts=[result], name=result.name))
         state.batch, state.records, state.started, state.pending, state.decisions = [], {}, [], [], {}
+        await self.checkpoint()
         return True
 
     async def _emit_result(self, result: ToolResult) -> None:
