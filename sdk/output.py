@@ -69,14 +69,13 @@ class OutputSpec:
             value = json.loads(body)
         except ValueError as exc:
             raise OutputInvalid(f"not valid JSON: {exc}") from None
-        import jsonschema
+        from parley.constrained import ValidationFailed
+        from parley.constrained.validate import validate_schema_value
 
-        assert self.schema is not None
-        errors = list(jsonschema.Draft202012Validator(self.schema).iter_errors(value))
-        if errors:
-            raise OutputInvalid(
-                "; ".join(f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors[:5])
-            )
+        try:
+            validate_schema_value(value, self.schema)
+        except ValidationFailed as exc:
+            raise OutputInvalid(str(exc)) from None
         return value
 
     def dump(self, value: Any) -> Any:

@@ -73,5 +73,5 @@ def test_an_unusable_output_type_is_a_configuration_error(bad: Any) -> None:
 async def test_json_schema_mismatch_is_reported_with_its_path() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     backend = ScriptedBackend(['{"n": "x"}'])
-    with pytest.raises(OutputValidationError, match="n: 'x' is not of type 'integer'"):
+    with pytest.raises(OutputValidationError, match=r"'x' is not of type 'integer' \(at \$\.n"):
         await Agent(backend, output_type=schema, output_retries=0).run("?")
