@@ -56,6 +56,7 @@ from parley.sandbox.result import (
 
 T = TypeVar("T")
 MAX_INPUT_FILES = 1000
+MAX_CODE_BYTES = 4 * 1024 * 1024  # a cell larger than this is an attack or a mistake, never code
 FileData = bytes | str
 
 
@@ -139,6 +140,8 @@ class Sandbox:
         """Run `code` as a notebook cell in a fresh sandbox; a final expression's value is `result.value`."""
         if not isinstance(code, str) or "\x00" in code:
             raise SandboxRequestError("code must be a string without NUL characters")
+        if len(code) > MAX_CODE_BYTES // 4 and len(code.encode("utf-8", "surrogatepass")) > MAX_CODE_BYTES:
+            raise SandboxRequestError(f"code is larger than {MAX_CODE_BYTES} bytes")
         return await self._execute({"kind": "python", "code": code}, timeout_s, memory_mb, files, collect, limits)
 
     async def run(self, argv: Sequence[str], *, timeout_s: float | None = None, memory_mb: int | None = None,
@@ -147,6 +150,8 @@ class Sandbox:
         """Run a command (argv list, no shell) in a fresh sandbox, with the work dir as cwd."""
         if isinstance(argv, str) or not argv or not all(isinstance(a, str) and a and "\x00" not in a for a in argv):
             raise SandboxRequestError("argv must be a non-empty list of non-empty strings without NUL characters")
+        if sum(len(a) for a in argv) > MAX_CODE_BYTES:
+            raise SandboxRequestError(f"argv is larger than {MAX_CODE_BYTES} bytes")
         return await self._execute({"kind": "argv", "argv": list(argv)}, timeout_s, memory_mb, files, collect, limits)
 
     def run_python_sync(self, code: str, **kwargs: Any) -> ExecResult:

@@ -632,7 +632,8 @@ while True:
         await beat
         forks = [int(r.stdout.split()[1]) if r.stdout.startswith("forks") else -1 for r in results]
         lags.sort()
-        self.obs["D13"] = {"forks": forks, "max_lag_s": lags[-1], "p90_lag_s": lags[int(len(lags) * 0.9)], "limits": [r.limit for r in results],
+        self.obs["D13"] = {"forks": forks, "max_lag_s": lags[-1], "p90_lag_s": lags[int(len(lags) * 0.9)],
+                           "limits": [r.limit for r in results],
                            "durations": [r.duration_s for r in results]}
 
     async def all(self) -> dict[str, Any]:

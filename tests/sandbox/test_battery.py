@@ -5,7 +5,8 @@ outcome) and for two callers: root (CI) and uid 65534 (via setpriv, with the sys
 the stdlib-only `parley.sandbox`). Observations come from `battery.py`, run once per (tier, caller) in a
 subprocess. Beyond its own expectation, every case asserts the common containment rules: no canary in
 anything that came back, no sandbox process left behind, the run inside its wall limit, the host alive.
-Row G (host tools called from JSON) is covered where the sandbox is the tool: `test_arguments.py`.
+Row G (arguments from JSON) is covered where the sandbox takes them: `test_sandbox_api.py` (argv, file
+names, sizes), `test_artifacts.py` (paths, symlinks, the B5 race) and `test_result_channel.py` (strict JSON).
 """
 
 from __future__ import annotations
