@@ -13,6 +13,8 @@ import httpx
 import pytest
 
 from parley.server import BackgroundServer
+from tests.sdk.server.conftest import serve
+from tests.sdk.server.fakes import FakeEngine
 
 USER = [{"role": "user", "content": "hi"}]
 OA = {"model": "test-model", "messages": USER}
@@ -209,9 +211,21 @@ ANTHROPIC_CASES: list[tuple[str, dict[str, Any] | bytes, int, str | None]] = [
 ]
 
 
+@pytest.fixture(scope="module")
+def fake_server() -> Any:
+    """One server for the whole table (no request here changes server state that another depends on)."""
+    with serve(FakeEngine(), max_body_bytes=64 * 1024) as server:
+        yield server
+
+
+_CLIENTS: dict[str, httpx.Client] = {}
+
+
 def _post(server: BackgroundServer, path: str, body: dict[str, Any] | bytes) -> httpx.Response:
+    """POST through one pooled client per server (a fresh client per request costs an SSL context)."""
+    client = _CLIENTS.setdefault(server.base_url, httpx.Client(base_url=server.base_url, timeout=10))
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(server.base_url + path, content=content, headers={"content-type": "application/json"}, timeout=10)
+    return client.post(path, content=content, headers={"content-type": "application/json"})
 
 
 def _assert_openai_shape(response: httpx.Response, status: int, field: str | None) -> None:

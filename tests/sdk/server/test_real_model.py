@@ -1,0 +1,240 @@
+"""End to end with the embedded SmolLM2 on the real engine, through the official OpenAI and Anthropic clients.
+
+One engine is shared by every test here (loading costs seconds); outputs are kept short.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from parley.server import BackgroundServer, ServerConfig, TenantRegistry, create_app
+
+pytestmark = pytest.mark.model
+
+SYSTEM = "You are a helpful assistant. Answer briefly."
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    from parley.local_engine import Engine
+
+    engine = Engine.from_pretrained()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def server(engine: Any) -> Iterator[BackgroundServer]:
+    with BackgroundServer(create_app(engine, config=ServerConfig(model_name="smollm2"))) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def oa(server: BackgroundServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="local", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def an(server: BackgroundServer) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=server.base_url, api_key="local", max_retries=0, timeout=120)
+
+
+def _wait_for_free_blocks(engine: Any, timeout_s: float = 10.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    stats: dict[str, Any] = engine.stats()
+    while (stats["blocks_used"] or stats["num_running"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+        stats = engine.stats()
+    return stats
+
+
+def test_chat_and_streaming_agree_greedily(oa: openai.OpenAI) -> None:
+    messages: Any = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
+    reply = oa.chat.completions.create(model="smollm2", messages=messages, max_tokens=12, temperature=0)
+    text = reply.choices[0].message.content or ""
+    assert "Paris" in text
+    assert reply.usage is not None and reply.usage.completion_tokens <= 12
+    stream = oa.chat.completions.create(
+        model="smollm2",
+        messages=messages,
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage is not None
+    assert usage.prompt_tokens == reply.usage.prompt_tokens
+    assert usage.prompt_tokens_details is not None and usage.prompt_tokens_details.cached_tokens > 0  # same prefix
+
+
+def test_logprobs(oa: openai.OpenAI) -> None:
+    reply = oa.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "Say yes."}],
+        max_tokens=3,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    content = reply.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content and len(content) <= 3
+    assert all(entry.logprob <= 0 and len(entry.top_logprobs) == 2 for entry in content)
+    assert content[0].token == content[0].top_logprobs[0].token  # greedy picks the most likely
+
+
+def test_tool_call_round_trip(oa: openai.OpenAI) -> None:
+    messages: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
+    reply = oa.chat.completions.create(
+        model="smollm2",
+        messages=messages,
+        tools=[WEATHER],
+        tool_choice="required",  # type: ignore[list-item]
+        parallel_tool_calls=False,
+        max_tokens=40,
+        temperature=0,
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = choice.message.tool_calls or []
+    assert len(calls) == 1
+    call: Any = calls[0]
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])  # type: ignore[index]
+    messages += [
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"temp_c": 18, "sky": "sunny"}'},
+    ]
+    answer = oa.chat.completions.create(
+        model="smollm2",
+        messages=messages,
+        tools=[WEATHER],
+        tool_choice="none",
+        max_tokens=16,
+        temperature=0,  # type: ignore[list-item]
+    )
+    assert answer.choices[0].message.tool_calls is None
+    assert answer.choices[0].message.content
+
+
+def test_json_schema_output_validates(oa: openai.OpenAI) -> None:
+    reply = oa.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "Invent a person with a name and an age."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}},
+        max_tokens=40,
+        temperature=0,
+    )
+    assert reply.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(reply.choices[0].message.content or ""), PERSON)
+
+
+def test_anthropic_stream_events_and_cache_usage(an: anthropic.Anthropic) -> None:
+    system = "You are a meticulous assistant for a bakery. Keep every answer under ten words. " * 2
+    kwargs: Any = {
+        "model": "smollm2",
+        "max_tokens": 8,
+        "system": system,
+        "messages": [{"role": "user", "content": "Hello!"}],
+    }
+    cold = an.messages.create(**kwargs)
+    with an.messages.stream(**kwargs) as stream:
+        wire = [
+            e.type
+            for e in stream
+            if e.type
+            in (
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop",
+            )
+        ]
+        warm = stream.get_final_message()
+    assert wire[0] == "message_start" and wire[1] == "content_block_start"
+    assert wire[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert set(wire[2:-3]) == {"content_block_delta"}
+    assert warm.stop_reason in ("end_turn", "max_tokens")
+    total = cold.usage.input_tokens + (cold.usage.cache_read_input_tokens or 0)
+    assert warm.usage.input_tokens + (warm.usage.cache_read_input_tokens or 0) == total
+    assert (warm.usage.cache_read_input_tokens or 0) > (cold.usage.cache_read_input_tokens or 0)
+    assert warm.usage.input_tokens < cold.usage.input_tokens  # input_tokens excludes what the cache served
+    assert warm.usage.cache_creation_input_tokens == 0
+
+
+def test_disconnect_mid_stream_frees_blocks(server: BackgroundServer, engine: Any) -> None:
+    body = {
+        "model": "smollm2",
+        "max_tokens": 400,
+        "temperature": 0.8,
+        "seed": 1,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Write a long story about a lighthouse keeper."}],
+    }
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=body, timeout=60) as response:
+        lines = response.iter_lines()
+        received = 0
+        for line in lines:
+            received += line.startswith("data: ")
+            if received >= 4:
+                assert engine.stats()["blocks_used"] > 0
+                break
+    stats = _wait_for_free_blocks(engine)
+    assert stats["blocks_used"] == 0 and stats["num_running"] == 0
+
+
+def test_tenants_share_a_prefix_only_within_themselves(engine: Any) -> None:
+    keys = TenantRegistry({"alice-1": "alice", "alice-2": "alice", "bob-1": "bob"})
+    app = create_app(engine, config=ServerConfig(model_name="smollm2", tenants=keys))
+    prefix = "Shared policy: refunds within 30 days, exchanges within 60 days, no questions asked. " * 4
+
+    def cached(client: httpx.Client, key: str, question: str) -> int:
+        body = {
+            "model": "smollm2",
+            "max_tokens": 1,
+            "messages": [{"role": "system", "content": prefix}, {"role": "user", "content": question}],
+        }
+        response = client.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"})
+        assert response.status_code == 200, response.text
+        value: int = response.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        return value
+
+    with BackgroundServer(app) as server, httpx.Client(base_url=server.base_url, timeout=60) as client:
+        assert cached(client, "alice-1", "Can I return shoes?") == 0
+        assert cached(client, "bob-1", "Can I return a hat?") == 0  # another tenant never hits alice's blocks
+        assert cached(client, "alice-2", "Can I return a coat?") > 0  # same tenant, other key
