@@ -9,12 +9,14 @@ from parley.backends.base import (
     SamplingSettings,
     ToolChoice,
 )
+from parley.backends.local import LocalBackend
 from parley.backends.scripted import FunctionBackend, ScriptedBackend, ScriptedTurn
 
 __all__ = [
     "Backend",
     "BackendCapabilities",
     "FunctionBackend",
+    "LocalBackend",
     "ModelRequest",
     "ModelResponse",
     "NamedToolChoice",
