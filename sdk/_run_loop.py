@@ -14,6 +14,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from parley._run_tools import ToolRunner
 from parley._run_turn import EventSink, take_turn, unique_call_ids
 from parley.backends.base import ModelRequest
 from parley.errors import MaxTurnsExceeded, OutputValidationError
@@ -47,6 +48,8 @@ class RunLoop:
         self.emit = emit
         self._user_checkpoint = checkpoint
         self.context = ToolContext(tenant=state.tenant, run_id=state.trace_id, deps=deps)
+        # one executor per run: its in-flight dedup by call id must never join two runs' calls
+        self.tool_runner = ToolRunner(agent.tools)
         self.seen_ids = {c.id for m in state.messages for c in m.tool_calls} | {c.id for c in state.batch}
 
     async def checkpoint(self) -> None:
@@ -57,6 +60,9 @@ class RunLoop:
 
     async def run(self) -> RunResult[Any]:
         agent, state = self.agent, self.state
+        if state.status == "complete" and not state.queued_input and not state.batch:
+            # nothing new to do: a finished state resumed without input returns its answer again
+            return self._result(agent.output_spec.load(state.output), paused=False)
         state.status = "running"
         while True:
             if state.batch:
@@ -110,8 +116,8 @@ class RunLoop:
 
     async def _resolve_batch(self) -> bool:
         """Run / answer what can be; True when every call of the batch has a result."""
-        state, agent = self.state, self.agent
-        plan = plan_batch(state, agent.tool_runner.tools)
+        state = self.state
+        plan = plan_batch(state, self.tool_runner.tools)
         for call_id, result in plan.answered.items():
             state.records[call_id] = result
             state.decisions.pop(call_id, None)
@@ -121,7 +127,7 @@ class RunLoop:
             if on_result is not None:
                 for result in plan.answered.values():
                     await on_result(result)
-        await agent.tool_runner.run_batch(
+        await self.tool_runner.run_batch(
             state, plan.run, self.context, self.checkpoint if self._user_checkpoint else None, on_result
         )
         for call, _ in plan.run:

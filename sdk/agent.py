@@ -126,7 +126,7 @@ class Agent(Generic[OutputT]):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ConfigurationError(f"two tools share the name(s) {duplicates}")
-        self.tool_runner = ToolRunner(self.tools)
+        ToolRunner(self.tools)  # fail now, not at the first call, if the executor rejects the tools
         self.tool_specs = [t.spec for t in self.tools]
 
     def __repr__(self) -> str:
@@ -223,14 +223,17 @@ class Agent(Generic[OutputT]):
             raise ConfigurationError(f"state must be a RunState, not {type(state).__name__}")
         if tenant is not None and state.tenant is not None and tenant != state.tenant:
             raise ConfigurationError(f"this run state belongs to tenant {state.tenant!r}, not {tenant!r}")
+        state = state.model_copy(deep=True)  # the caller's state object is never changed by the run
         if tenant is not None:
             state.tenant = tenant
         state.backend = self.backend.name
         if new_messages:
+            state.output_attempts = 0
             if state.batch:
                 state.queued_input.extend(new_messages)
             else:
                 state.messages.extend(new_messages)
+                state.status = "running"
         return state
 
     def _input_messages(self, input: AgentInput) -> list[Message]:

@@ -222,3 +222,19 @@ async def test_a_state_keeps_its_tenant() -> None:
     assert roundtrip(state).tenant == "acme"
     with pytest.raises(ConfigurationError, match="tenant"):
         await agent.run(state=state, tenant="other")
+
+
+async def test_resuming_leaves_the_callers_state_untouched() -> None:
+    agent, _ = agent_for([ScriptedTurn(tool_calls=[call("send_email", {"to": "a", "body": "b"}, id="m")]), "ok"])
+    state = (await agent.run("go")).state
+    state.approve("m")
+    before = state.to_json()
+    done = await agent.run(state=state)
+    assert state.to_json() == before and done.state is not state
+
+
+async def test_a_completed_state_resumed_without_input_returns_its_answer() -> None:
+    agent, backend = agent_for(["the answer"])
+    state = (await agent.run("q")).state
+    again = await agent.run(state=roundtrip(state))
+    assert again.output == "the answer" and len(backend.requests) == 1

@@ -70,7 +70,7 @@ async def test_fixture_resumes_to_completion(path: Path) -> None:
     assert answered >= {c.id for m in result.messages for c in m.tool_calls}
     assert not recorded & set(sent)  # nothing recorded ran again
     assert len(sent) == len(set(sent))
-    assert result.usage.requests == state.usage.requests  # usage continued from the state
+    assert result.usage.requests == state.usage.requests + 1  # usage continued from the state
 
 
 def test_newer_version_is_refused_with_a_clear_error() -> None:
