@@ -163,8 +163,9 @@ class RunLoop:
         )
 
     def _conversation(self) -> list[Message]:
-        if self.agent.instructions:
-            return [Message.system(self.agent.instructions), *self.state.messages]
+        instructions = self.agent.system_prompt
+        if instructions:
+            return [Message.system(instructions), *self.state.messages]
         return list(self.state.messages)
 
     def _result(self, output: Any, *, paused: bool) -> RunResult[Any]:

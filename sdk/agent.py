@@ -126,8 +126,20 @@ class Agent(Generic[OutputT]):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ConfigurationError(f"two tools share the name(s) {duplicates}")
+        self.system_prompt = self._system_prompt()
         ToolRunner(self.tools)  # fail now, not at the first call, if the executor rejects the tools
         self.tool_specs = [t.spec for t in self.tools]
+
+    def _system_prompt(self) -> str | None:
+        """The instructions, plus the answer's schema when the backend cannot enforce one natively
+        (prompted output: the answer is still validated and repaired by the loop)."""
+        schema = self.output_spec.schema
+        if schema is None or self.backend.capabilities.structured_output:
+            return self.instructions
+        import json
+
+        hint = f"Answer with only a JSON value matching this JSON Schema:\n{json.dumps(schema, separators=(',', ':'))}"
+        return f"{self.instructions}\n\n{hint}" if self.instructions else hint
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, backend={self.backend.name!r}, tools={[t.name for t in self.tools]})"

@@ -75,3 +75,18 @@ async def test_json_schema_mismatch_is_reported_with_its_path() -> None:
     backend = ScriptedBackend(['{"n": "x"}'])
     with pytest.raises(OutputValidationError, match=r"'x' is not of type 'integer' \(at \$\.n"):
         await Agent(backend, output_type=schema, output_retries=0).run("?")
+
+
+async def test_backends_without_native_schema_mode_get_the_schema_in_the_prompt() -> None:
+    from parley.backends import BackendCapabilities
+
+    plain = ScriptedBackend(
+        ['{"city": "Oslo", "temp_c": 4}'], capabilities=BackendCapabilities(structured_output=False)
+    )
+    result = await Agent(plain, instructions="Be brief.", output_type=Forecast).run("weather")
+    system = plain.requests[0].conversation.messages[0]
+    assert system.role is Role.SYSTEM and system.text.startswith("Be brief.") and '"temp_c"' in system.text
+    assert result.output == Forecast(city="Oslo", temp_c=4)
+    native = ScriptedBackend(['{"city": "Oslo", "temp_c": 4}'])
+    await Agent(native, instructions="Be brief.", output_type=Forecast).run("weather")
+    assert native.requests[0].conversation.messages[0].text == "Be brief."
