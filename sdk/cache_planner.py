@@ -150,7 +150,11 @@ class CachePlanner:
         return plan
 
     def _place(
-        self, blocks: list[tuple[Section, dict[str, Any]]], plan: CachePlan, policy: CachePolicy, chosen: list[Breakpoint]
+        self,
+        blocks: list[tuple[Section, dict[str, Any]]],
+        plan: CachePlan,
+        policy: CachePolicy,
+        chosen: list[Breakpoint],
     ) -> list[Breakpoint]:
         long_ttl: Ttl = "1h" if policy.long_ttl_for_tools_and_system else policy.ttl
         taken = {b.position for b in chosen}

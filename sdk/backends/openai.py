@@ -154,9 +154,9 @@ class OpenAIBackend:
 
     def _reasoning(self, request: ModelRequest, flavor: str) -> dict[str, Any]:
         reasoning = request.reasoning
+        out: dict[str, Any] = {"separate_reasoning": True} if flavor == "sglang" else {}
         if reasoning is None:
-            return {}
-        out: dict[str, Any] = {}
+            return out
         where = f"{flavor} model {self.model!r}"
         if reasoning.effort is not None:
             if flavor == "openai" and self.info.get("known") and not self.info.get("reasoning"):
@@ -169,8 +169,6 @@ class OpenAIBackend:
                     "(thinking_token_budget); use Reasoning(effort=...)"
                 )
             out["thinking_token_budget"] = reasoning.budget_tokens
-        if flavor == "sglang":
-            out["separate_reasoning"] = True
         return out
 
     # -- transport ------------------------------------------------------------------------------

@@ -1,0 +1,246 @@
+"""`OpenAIBackend` against a local server replaying Chat Completions responses (OpenAI, vLLM, SGLang)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from parley.backends.base import ModelRequest, NamedToolChoice, SamplingSettings
+from parley.backends.errors import (
+    APIConnectionError,
+    BadRequestError,
+    MalformedStreamError,
+    RateLimitError,
+    ReasoningSettingError,
+    ServerError,
+    StreamInterruptedError,
+)
+from parley.backends.openai import OpenAIBackend
+from parley.caching import CachePolicy
+from parley.errors import ConfigurationError
+from parley.protocol import (
+    Conversation,
+    ErrorEvent,
+    Message,
+    MessageEnd,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolSpec,
+    UsageEvent,
+)
+from parley.reasoning import Reasoning
+from tests.sdk.backends.fake_server import FakeServer, Reply, sse_event
+
+WEATHER = ToolSpec(name="get_weather", description="Get the weather",
+                   parameters={"type": "object", "properties": {"location": {"type": "string"}}})
+
+
+def _backend(server: FakeServer, model: str = "gpt-4o-mini", **kwargs: Any) -> OpenAIBackend:
+    kwargs.setdefault("retry_base_delay", 0.0)
+    kwargs.setdefault("api_key", "sk-test")
+    return OpenAIBackend(model, base_url=f"{server.url}/v1", **kwargs)
+
+
+def _request(*messages: Message, **kwargs: Any) -> ModelRequest:
+    return ModelRequest(conversation=Conversation(messages=list(messages)), **kwargs)
+
+
+def _completion(message: dict[str, Any], finish: str = "stop", **usage: Any) -> dict[str, Any]:
+    counts: dict[str, Any] = {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29}
+    counts.update(usage)
+    return {"id": "chatcmpl-123", "object": "chat.completion", "created": 1677652288, "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
+            "usage": counts}
+
+
+TOOL_CALL = {"id": "call_abc123", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"location\": \"Boston, MA\"}"}}
+
+
+async def test_tool_loop(server: FakeServer) -> None:
+    server.queue(Reply(body=_completion({"content": None, "tool_calls": [TOOL_CALL]}, "tool_calls")),
+                 Reply(body=_completion({"content": "It is 22°C in Boston."},
+                                        prompt_tokens_details={"cached_tokens": 0})))
+    backend = _backend(server)
+    request = _request(Message.system("Be brief."), Message.user("Boston?"), tools=[WEATHER],
+                       tool_choice=NamedToolChoice("get_weather"), tenant="user-42",
+                       sampling=SamplingSettings(max_tokens=200, temperature=0.0, seed=7))
+    first = await backend.generate(request)
+    [assistant] = first.messages
+    assert first.finish_reason == "tool_calls" and assistant.tool_calls[0].id == "call_abc123"
+    request.conversation.append(assistant)
+    request.conversation.append(Message.tool("call_abc123", "get_weather", "22°C"))
+    request.tool_choice = "auto"
+    second = await backend.generate(request)
+    assert second.messages[0].text == "It is 22°C in Boston."
+    one, two = (r.body for r in server.requests)
+    assert server.requests[0].path == "/v1/chat/completions"
+    assert server.requests[0].headers["authorization"] == "Bearer sk-test"
+    assert one["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert one["max_completion_tokens"] == 200 and one["temperature"] == 0.0 and one["seed"] == 7
+    assert one["safety_identifier"] == "user-42" and "cache_salt" not in one
+    assert two["messages"][2]["tool_calls"][0]["function"]["arguments"] == TOOL_CALL["function"]["arguments"]
+    assert two["messages"][3] == {"role": "tool", "tool_call_id": "call_abc123", "content": "22°C"}
+    # gpt-4o-mini: $0.15 input, $0.60 output per MTok.
+    assert second.usage.cost == (19 * Decimal("0.15") + 10 * Decimal("0.60")) / 10**6
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+    return sse_event(None, {"id": "chatcmpl-9", "object": "chat.completion.chunk", "model": "gpt-4o-mini",
+                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+
+STREAM = [
+    _chunk({"role": "assistant", "content": ""}),
+    _chunk({"content": "Let me check"}),
+    _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                            "function": {"name": "get_weather", "arguments": ""}}]}),
+    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"location\":"}}]}),
+    _chunk({"tool_calls": [{"index": 1, "id": "call_2", "type": "function",
+                            "function": {"name": "get_weather", "arguments": "{\"location\": \"Oslo\"}"}}]}),
+    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": " \"Lima\"}"}}]}),
+    _chunk({}, "tool_calls"),
+    sse_event(None, {"id": "chatcmpl-9", "object": "chat.completion.chunk", "choices": [],
+                     "usage": {"prompt_tokens": 2006, "completion_tokens": 300, "total_tokens": 2306,
+                               "prompt_tokens_details": {"cached_tokens": 1920},
+                               "completion_tokens_details": {"reasoning_tokens": 0}}}),
+    "data: [DONE]",
+]
+
+
+async def _collect(backend: OpenAIBackend, request: ModelRequest) -> list[Any]:
+    return [event async for event in backend.stream(request)]
+
+
+async def test_stream_assembles_tool_calls_by_index_and_reports_cached_usage(server: FakeServer) -> None:
+    server.queue(Reply(sse=STREAM))
+    events = await _collect(_backend(server), _request(Message.user("Lima and Oslo?"), tools=[WEATHER]))
+    sent = server.requests[0].body
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Let me check"]
+    assert [(e.index, e.id) for e in events if isinstance(e, ToolCallStart)] == [(0, "call_1"), (1, "call_2")]
+    assert [e.call.parsed_arguments() for e in events if isinstance(e, ToolCallEnd)] == [
+        {"location": "Lima"}, {"location": "Oslo"}]
+    assert isinstance(events[-2], MessageEnd) and isinstance(events[-1], UsageEvent)
+    usage = events[-1].usage
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens) == (86, 1920, 300)
+    assert usage.prompt_tokens == 2006  # the cached 1920 are inside prompt_tokens: not counted twice
+    assert usage.cost == (86 * Decimal("0.15") + 1920 * Decimal("0.075") + 300 * Decimal("0.60")) / 10**6
+
+
+async def test_vllm_flavor_fields(server: FakeServer) -> None:
+    body = _completion({"content": "{\"a\": 1}", "reasoning": "think first"},
+                       prompt_tokens_details={"cached_tokens": 16})
+    server.queue(Reply(body=body))
+    backend = _backend(server, model="Qwen/Qwen3-8B", flavor="vllm")
+    response = await backend.generate(_request(
+        Message.user("x"), output_schema={"type": "object"}, tenant="acme",
+        reasoning=Reasoning(budget_tokens=256, effort="low"), cache=CachePolicy(prompt_cache_key="k1"),
+        sampling=SamplingSettings(max_tokens=64)))
+    sent = server.requests[0].body
+    assert sent["structured_outputs"] == {"json": {"type": "object"}}
+    assert not any(key.startswith("guided_") for key in sent) and "response_format" not in sent
+    assert sent["thinking_token_budget"] == 256 and sent["reasoning_effort"] == "low"
+    assert sent["cache_salt"] == "acme" and sent["prompt_cache_key"] == "k1" and sent["max_tokens"] == 64
+    message = response.messages[0]
+    assert message.reasoning == "think first" and message.parts[0].provider == "vllm"
+    assert response.usage.cache_read_tokens == 16 and response.usage.input_tokens == 3
+    assert response.usage.cost is None  # self-hosted: no price, no guess
+    assert backend.name == "vllm:Qwen/Qwen3-8B"
+
+
+async def test_sglang_stream_reasoning_content_and_rejected_budget(server: FakeServer) -> None:
+    records = [_chunk({"reasoning_content": "hmm"}), _chunk({"content": "4"}), _chunk({}, "stop"), "data: [DONE]"]
+    server.queue(Reply(sse=records))
+    backend = _backend(server, model="qwen3", flavor="sglang")
+    events = await _collect(backend, _request(Message.user("2+2"), output_schema={"type": "object"}))
+    assert [e.text for e in events if isinstance(e, ReasoningDelta)] == ["hmm"]
+    assert server.requests[0].body["response_format"]["json_schema"]["strict"] is False
+    assert server.requests[0].body["separate_reasoning"] is True
+    assert events[-1].usage.requests == 1 and events[-1].usage.cost is None  # no usage chunk was sent
+    with pytest.raises(ReasoningSettingError, match="rejects Reasoning.budget_tokens"):
+        backend.build_body(_request(Message.user("x"), reasoning=Reasoning(budget_tokens=100)), "sglang")
+
+
+async def test_auto_flavor_detects_vllm(server: FakeServer) -> None:
+    server.routes["/version"] = Reply(body={"version": "0.12.0"})
+    server.queue(Reply(body=_completion({"content": "hi"})))
+    backend = _backend(server, model="m", flavor="auto")
+    await backend.generate(_request(Message.user("x"), tenant="t"))
+    assert backend.flavor == "vllm" and server.requests[-1].body["cache_salt"] == "t"
+
+
+async def test_auto_flavor_falls_back_to_openai(server: FakeServer) -> None:
+    server.routes["/version"] = Reply(404, {"detail": "Not Found"})
+    server.routes["/get_server_info"] = Reply(404, {"detail": "Not Found"})
+    backend = _backend(server, model="m", flavor="auto")
+    assert await backend.resolve_flavor() == "openai"
+
+
+def test_openai_reasoning_mapping() -> None:
+    backend = OpenAIBackend("o4-mini", api_key="k")
+    body = backend.build_body(_request(Message.user("x"), reasoning=Reasoning(effort="high"),
+                                       output_schema={"type": "object", "properties": {"a": {"type": "string"}}}),
+                              "openai")
+    assert body["reasoning_effort"] == "high"
+    schema = body["response_format"]["json_schema"]
+    assert schema["strict"] is True and schema["schema"]["additionalProperties"] is False
+    assert schema["schema"]["properties"]["a"]["type"] == ["string", "null"]
+    with pytest.raises(ReasoningSettingError, match="Reasoning.budget_tokens"):
+        backend.build_body(_request(Message.user("x"), reasoning=Reasoning(budget_tokens=100)), "openai")
+    with pytest.raises(ReasoningSettingError, match="gpt-4o.* rejects Reasoning.effort"):
+        OpenAIBackend("gpt-4o", api_key="k").build_body(
+            _request(Message.user("x"), reasoning=Reasoning(effort="low")), "openai")
+    with pytest.raises(ConfigurationError, match="flavor"):
+        OpenAIBackend("m", flavor="tgi")  # type: ignore[arg-type]
+
+
+async def test_429_with_retry_after_then_success(server: FakeServer) -> None:
+    error = {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}
+    server.queue(Reply(429, error, headers={"retry-after": "0", "x-request-id": "req_1"}),
+                 Reply(body=_completion({"content": "ok"})))
+    assert (await _backend(server).generate(_request(Message.user("x")))).messages[0].text == "ok"
+    assert len(server.requests) == 2
+    server.queue(Reply(429, error, headers={"retry-after-ms": "5", "x-request-id": "req_2"}))
+    with pytest.raises(RateLimitError) as info:
+        await _backend(server, max_retries=0).generate(_request(Message.user("x")))
+    assert info.value.request_id == "req_2" and info.value.retry_after == 0.005
+
+
+async def test_400_and_500(server: FakeServer) -> None:
+    error = {"error": {"message": "Invalid 'messages[1].tool_call_id'", "type": "invalid_request_error",
+                       "param": "messages", "code": None}}
+    server.queue(Reply(400, error))
+    with pytest.raises(BadRequestError, match="tool_call_id") as info:
+        await _backend(server).generate(_request(Message.user("x")))
+    assert info.value.status_code == 400 and not info.value.retryable and len(server.requests) == 1
+    server.queue(Reply(500, {"error": {"message": "boom", "type": "server_error"}}))
+    with pytest.raises(ServerError):
+        await _backend(server, max_retries=0).generate(_request(Message.user("x")))
+
+
+async def test_stream_cut_midway(server: FakeServer) -> None:
+    server.queue(Reply(sse=STREAM, cut_after=4))
+    seen: list[Any] = []
+    with pytest.raises(StreamInterruptedError):
+        async for event in _backend(server).stream(_request(Message.user("x"))):
+            seen.append(event)
+    assert isinstance(seen[-1], ErrorEvent) and seen[-1].code == "stream_interrupted"
+    assert not any(isinstance(e, (MessageEnd, UsageEvent)) for e in seen)
+
+
+async def test_malformed_json_chunk(server: FakeServer) -> None:
+    server.queue(Reply(sse=[STREAM[0], "data: {\"choices\": [{\"delta\": {\"content\": \"x\"", "data: [DONE]"]))
+    with pytest.raises(MalformedStreamError):
+        await _collect(_backend(server), _request(Message.user("x")))
+
+
+async def test_connection_refused_is_typed() -> None:
+    backend = OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", api_key="k", max_retries=0)
+    with pytest.raises(APIConnectionError) as info:
+        await backend.generate(_request(Message.user("x")))
+    assert info.value.retryable and info.value.status_code is None
