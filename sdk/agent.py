@@ -260,6 +260,5 @@ class Agent(Generic[OutputT]):
             if not isinstance(message, Message):
                 raise ConfigurationError(f"input messages must be parley Messages, not {type(message).__name__}")
         # a history handed back from a previous result starts with our own instructions: drop them
-        return [
-            m for m in messages if not (m.role is Role.SYSTEM and self.instructions and m.text == self.instructions)
-        ]
+        ours = self.system_prompt
+        return [m for m in messages if not (m.role is Role.SYSTEM and ours and m.text == ours)]
