@@ -19,20 +19,22 @@ host treats it as untrusted: the user's code runs in this same process and can f
 
 from __future__ import annotations
 
-import ast
-import base64
+import _ast
+import binascii
 import builtins
-import ctypes
 import errno
 import json
 import os
 import resource
-import signal
 import stat
 import sys
 import time
-import traceback
-from typing import Any
+
+# Startup time is the sandbox's latency: import only what every run needs (no `typing`, `ast`, `ctypes`,
+# `signal` or `traceback` at module level; each is imported where it is used).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # --- syscall glue --------------------------------------------------------------------------------------
 
@@ -64,6 +66,8 @@ _libc: Any = None
 
 def libc() -> Any:
     """The C library with errno capture (loaded lazily: the host imports this module too)."""
+    import ctypes
+
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
@@ -73,6 +77,8 @@ def libc() -> Any:
 
 
 def _check(result: int, what: str) -> int:
+    import ctypes
+
     if result < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
@@ -80,6 +86,8 @@ def _check(result: int, what: str) -> int:
 
 
 def prctl(option: int, arg: int = 0, arg3: int = 0) -> int:
+    import ctypes
+
     return _check(
         libc().prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(arg3), ctypes.c_ulong(0),
                      ctypes.c_ulong(0)),
@@ -88,10 +96,6 @@ def prctl(option: int, arg: int = 0, arg3: int = 0) -> int:
 
 
 # --- safe reads beneath a directory ----------------------------------------------------------------------
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
 def check_relpath(name: str) -> str:
@@ -107,6 +111,11 @@ def check_relpath(name: str) -> str:
 
 
 def _openat2(dir_fd: int, path: str, flags: int) -> int:
+    import ctypes
+
+    class _OpenHow(ctypes.Structure):
+        _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
     how = _OpenHow(flags, 0, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
     fd = libc().syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dir_fd), ctypes.c_char_p(os.fsencode(path)),
                         ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
@@ -169,6 +178,8 @@ def read_beneath(root_fd: int, name: str, cap: int) -> bytes:
 
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, or 0 when Landlock is unavailable."""
+    import ctypes
+
     try:
         version = libc().syscall(ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0),
                                  ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
@@ -195,6 +206,8 @@ def landlock_restrict(read_paths: list[str], write_paths: list[str], abi: int) -
     TCP bind/connect are handled with no allowed port (ABI >= 4); abstract unix sockets and signals are
     scoped to the domain (ABI >= 6). UDP and other families are seccomp's job (Landlock is TCP-only).
     """
+    import ctypes
+
     handled = fs_rights(abi)
     fields = [("fs", ctypes.c_uint64)]
     values = [handled]
@@ -239,6 +252,7 @@ def landlock_restrict(read_paths: list[str], write_paths: list[str], abi: int) -
 
 def seccomp_install(program: bytes) -> None:
     """Install a classic-BPF seccomp filter (8-byte instructions); `no_new_privs` must already be set."""
+    import ctypes
 
     class SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
@@ -278,7 +292,7 @@ def _write_files(files: dict[str, str]) -> None:
             os.makedirs(parent, exist_ok=True)
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            view = memoryview(base64.b64decode(data))
+            view = memoryview(binascii.a2b_base64(data))
             while view:
                 view = view[os.write(fd, view):]
         finally:
@@ -294,6 +308,8 @@ def _error_info(exc: BaseException) -> dict[str, Any]:
 
 def _print_traceback(exc: BaseException, line_cap: int = 2000, total_cap: int = 16000) -> None:
     """Like the interpreter's report, but bounded: a 10 MB exception message must not flood stderr."""
+    import traceback
+
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     text = "".join(line if len(line) <= line_cap else line[:line_cap] + "...[truncated]\n" for line in lines)
     if len(text) > total_cap:
@@ -305,13 +321,14 @@ def _run_cell(code: str) -> dict[str, Any]:
     """Run `code` as a notebook cell: the value of a final expression statement becomes the result."""
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     try:
-        tree = ast.parse(code, filename="<cell>", mode="exec")
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        assert last is None or isinstance(last, ast.Expr)
+        tree = compile(code, "<cell>", "exec", _ast.PyCF_ONLY_AST)
+        assert isinstance(tree, _ast.Module)
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], _ast.Expr) else None
+        assert last is None or isinstance(last, _ast.Expr)
         exec(compile(tree, "<cell>", "exec"), namespace)
         if last is None:
             return {"ok": True, "value": None}
-        value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
+        value = eval(compile(_ast.Expression(last.value), "<cell>", "eval"), namespace)
     except SystemExit as exc:
         code_ = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         return {"ok": code_ == 0, "value": None, "exit_code": code_}
@@ -350,7 +367,7 @@ def _collect(names: list[str], cap: int) -> tuple[dict[str, str], dict[str, str]
                 errors[name] = str(exc)[:200]
                 continue
             budget -= len(data)
-            files[name] = base64.b64encode(data).decode("ascii")
+            files[name] = binascii.b2a_base64(data, newline=False).decode("ascii")
     finally:
         os.close(root)
     return files, errors
@@ -414,6 +431,8 @@ def _children() -> list[int]:
 
 def kill_descendants(deadline_s: float = 2.0) -> None:
     """Kill every descendant; orphans reparent to us (subreaper), so loop until none is left."""
+    import signal
+
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         children = _children()
@@ -433,6 +452,8 @@ def kill_descendants(deadline_s: float = 2.0) -> None:
 
 
 def _restrict_child(request: dict[str, Any]) -> None:
+    import signal
+
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     apply_rlimits(request["limits"])
     drop = request.get("drop")
@@ -446,7 +467,7 @@ def _restrict_child(request: dict[str, Any]) -> None:
     if landlock:
         landlock_restrict(landlock["read"], landlock["write"], landlock["abi"])
     if request.get("seccomp"):
-        seccomp_install(base64.b64decode(request["seccomp"]))
+        seccomp_install(binascii.a2b_base64(request["seccomp"]))
     os.environ.clear()
     os.environ.update(request["env"])
 
@@ -454,6 +475,8 @@ def _restrict_child(request: dict[str, Any]) -> None:
 def supervise(request: dict[str, Any], result_fd: int) -> int:
     os.closerange(3, result_fd)
     os.closerange(result_fd + 1, 1 << 16)  # e.g. the memfd this script was read from: only intended fds go on
+    import signal
+
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
