@@ -221,9 +221,11 @@ class ChatTemplateCodec:
                 body += [Segment(sep + TOOL_CALL_OPEN + "\n", True), Segment(payload, False),
                          Segment("\n" + TOOL_CALL_CLOSE, True)]
             bodies.append((role, body))
-        elif message.text or not results:
-            bodies.append((role, [Segment(message.text, False)]))
-        bodies.extend(("tool", [Segment(result.content, False)]) for result in results)
+        else:
+            # Results answer earlier calls, so they come before any text of the same message.
+            bodies.extend(("tool", [Segment(result.content, False)]) for result in results)
+            if message.text or not results:
+                bodies.append((role, [Segment(message.text, False)]))
         return bodies
 
     def _native_segments(self, messages: list[Message], tools: Sequence[ToolSpec], gen: bool) -> list[Segment]:
@@ -262,11 +264,12 @@ class ChatTemplateCodec:
                         for c in message.tool_calls
                     ]
                 dicts.append(entry)
-            elif message.text or not results:
-                dicts.append({"role": role, "content": hide(message.text)})
+                continue
             for result in results:
                 dicts.append({"role": "tool", "content": hide(result.content), "name": result.name,
                               "tool_call_id": result.call_id})
+            if message.text or not results:
+                dicts.append({"role": role, "content": hide(message.text)})
         kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": gen}
         if tools:
             kwargs["tools"] = [_tool_json(t) for t in tools]

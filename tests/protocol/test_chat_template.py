@@ -330,3 +330,11 @@ def test_token_stream_fuzz_never_raises(codec: ChatTemplateCodec, data: st.DataO
     parser = codec.stream_parser(strict=data.draw(st.booleans()))
     events = parser.feed_tokens(ids) + parser.finish()
     assert [e.message for e in events if isinstance(e, MessageEnd)] == parser.messages
+
+
+def test_results_inside_a_user_message_render_before_its_text(codec: ChatTemplateCodec) -> None:
+    mixed = Message(role=Role.USER, parts=[*Message.tool("call_0", "get_weather", "18C").parts,
+                                           *Message.user("thanks").parts])
+    conversation = [Message.user("go"), _tool_loop().messages[2], mixed]
+    text = codec.render(conversation, add_generation_prompt=False)
+    assert text.endswith("<|im_start|>tool\n18C<|im_end|>\n<|im_start|>user\nthanks<|im_end|>\n")
