@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from parley.server.config import ServerConfig
@@ -77,3 +78,17 @@ def serve_main(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m parley.server.cli [serve options]`: the same command without the `parley` wrapper."""
+    parser = argparse.ArgumentParser(prog="parley-serve", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command")
+    add_serve_command(subparsers)
+    args = parser.parse_args(["serve", *(argv if argv is not None else sys.argv[1:])])
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
