@@ -405,3 +405,82 @@ class StreamDecoder:
         self.messages.append(message)
         stop = self.stop_reason
         return [MessageEnd(message=message, finish_reason=FINISH_REASONS.get(stop or "", stop or "stop"))]
+
+
+# -- requests back to envelopes (for proxies, logs and round-trip checks) -------------------------
+def _cache_of(blocks: Sequence[Mapping[str, Any]]) -> CacheMark | None:
+    control = blocks[-1].get("cache_control") if blocks else None
+    if isinstance(control, Mapping):
+        return CacheMark(ttl="1h" if control.get("ttl") == "1h" else "5m")
+    return None
+
+
+def _as_blocks(content: Any, where: str) -> list[Mapping[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):
+        raise ProtocolError(f"{where}: content must be a string or a list of blocks")
+    return content
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping) and b.get("type") == "text")
+    return "" if content is None else str(content)
+
+
+def decode_request(body: Mapping[str, Any]) -> tuple[Conversation, list[ToolSpec]]:
+    """A Messages API request body as a conversation and tools (unknown roles and orphans are errors)."""
+    from parley.protocol.errors import InvalidArgumentsError, OrphanToolResultError, UnknownRoleError
+
+    messages: list[Message] = []
+    system = body.get("system")
+    if system:
+        blocks = _as_blocks(system, "system")
+        text = "".join(str(b.get("text", "")) for b in blocks)
+        messages.append(Message(role=Role.SYSTEM, parts=[TextPart(text=text)], cache=_cache_of(blocks)))
+    names: dict[str, str] = {}
+    for index, entry in enumerate(body.get("messages") or []):
+        where = f"messages[{index}]"
+        role = entry.get("role") if isinstance(entry, Mapping) else None
+        if role not in ("user", "assistant"):
+            raise UnknownRoleError(f"{where}: unknown role {role!r} (the Messages API has user and assistant)")
+        blocks = _as_blocks(entry.get("content"), where)
+        if role == "assistant":
+            parts: list[Part] = []
+            for block in blocks:
+                if block.get("type") == "tool_use" and not isinstance(block.get("input"), Mapping):
+                    raise InvalidArgumentsError(f"{where}: tool_use input must be a JSON object")
+                part = decode_block(block)
+                if part is None:
+                    raise ProtocolError(f"{where}: unsupported block type {block.get('type')!r}")
+                if isinstance(part, ToolCall):
+                    names[part.id] = part.name
+                parts.append(part)
+            messages.append(Message(role=Role.ASSISTANT, parts=parts, cache=_cache_of(blocks)))
+            continue
+        texts: list[Part] = []
+        for block in blocks:
+            kind = block.get("type")
+            if kind == "tool_result":
+                use_id = str(block.get("tool_use_id"))
+                if use_id not in names:
+                    raise OrphanToolResultError(f"{where}: tool_result for unknown tool_use id {use_id!r}")
+                result = ToolResult(call_id=use_id, name=names[use_id], content=_result_text(block.get("content")),
+                                    is_error=bool(block.get("is_error", False)))
+                messages.append(Message(role=Role.TOOL, parts=[result], name=result.name))
+            elif kind == "text":
+                texts.append(TextPart(text=str(block.get("text", ""))))
+            else:
+                raise ProtocolError(f"{where}: unsupported block type {kind!r}")
+        if texts:
+            messages.append(Message(role=Role.USER, parts=texts, cache=_cache_of(blocks)))
+        elif messages and messages[-1].role is Role.TOOL:
+            messages[-1] = messages[-1].model_copy(update={"cache": _cache_of(blocks)})
+    tools = [ToolSpec(name=t["name"], description=t.get("description", ""),
+                      parameters=t.get("input_schema") or {"type": "object", "properties": {}},
+                      strict=bool(t.get("strict", False)))
+             for t in body.get("tools") or [] if isinstance(t, Mapping) and "name" in t]
+    return Conversation(messages=messages), tools

@@ -366,3 +366,60 @@ class StreamDecoder:
         finish = self.finish_reason or "stop"
         events.append(MessageEnd(message=message, finish_reason=finish))
         return events
+
+
+# -- requests back to envelopes (for proxies, logs and round-trip checks) -------------------------
+def _content_text(content: Any, where: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+    raise ProtocolError(f"{where}: content must be a string or a list of parts")
+
+
+def decode_request(body: Mapping[str, Any]) -> tuple[Conversation, list[ToolSpec]]:
+    """A Chat Completions request body as a conversation and tools (unknown roles and orphans are errors)."""
+    from parley.protocol.errors import InvalidArgumentsError, OrphanToolResultError, UnknownRoleError
+
+    roles = {"system": Role.SYSTEM, "developer": Role.DEVELOPER, "user": Role.USER}
+    messages: list[Message] = []
+    names: dict[str, str] = {}
+    for index, entry in enumerate(body.get("messages") or []):
+        where = f"messages[{index}]"
+        role = entry.get("role") if isinstance(entry, Mapping) else None
+        text = _content_text(entry.get("content"), where) if isinstance(entry, Mapping) else ""
+        if role in roles:
+            messages.append(Message(role=roles[str(role)], parts=[TextPart(text=text)], name=entry.get("name")))
+        elif role == "assistant":
+            parts: list[Part] = []
+            reasoning = _reasoning_of(entry)
+            if reasoning:
+                parts.append(ReasoningPart(text=reasoning))
+            if text:
+                parts.append(TextPart(text=text))
+            for call in entry.get("tool_calls") or []:
+                function = call.get("function") or {}
+                call_ = ToolCall(id=str(call.get("id")), name=str(function.get("name")),
+                                 arguments=function.get("arguments") or "{}")
+                try:
+                    call_.parsed_arguments()
+                except InvalidArgumentsError as exc:
+                    raise InvalidArgumentsError(f"{where}: {exc}") from None
+                names[call_.id] = call_.name
+                parts.append(call_)
+            messages.append(Message(role=Role.ASSISTANT, parts=parts, name=entry.get("name")))
+        elif role == "tool":
+            call_id = str(entry.get("tool_call_id"))
+            if call_id not in names:
+                raise OrphanToolResultError(f"{where}: tool message for unknown tool_call_id {call_id!r}")
+            messages.append(Message.tool(call_id, names[call_id], text))
+        else:
+            raise UnknownRoleError(f"{where}: unknown role {role!r}")
+    tools: list[ToolSpec] = []
+    for tool in body.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if isinstance(function, Mapping) and "name" in function:
+            tools.append(ToolSpec(name=function["name"], description=function.get("description", ""),
+                                  parameters=function.get("parameters") or {"type": "object", "properties": {}},
+                                  strict=bool(function.get("strict", False))))
+    return Conversation(messages=messages), tools

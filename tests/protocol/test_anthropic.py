@@ -248,3 +248,29 @@ def test_stream_decoder_reports_bad_events_without_raising() -> None:
     assert [e.kind for e in events] == ["error", "tool_call_end"]
     events = decoder.feed({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
     assert events == [ErrorEvent(code="overloaded_error", message="Overloaded")]
+
+
+def test_request_json_decodes_back_to_the_same_conversation() -> None:
+    conversation = _tool_loop(result=INJECTION)
+    conversation.messages[0].cache = CacheMark(ttl="1h")
+    conversation.append(Message.user("thanks"))
+    body = json.loads(json.dumps(wire.build_request("m", conversation, [WEATHER], max_tokens=5)))
+    decoded, tools = wire.decode_request(body)
+    assert tools == [WEATHER]
+    assert decoded.messages == conversation.messages
+    assert decoded.messages[3].tool_results[0].content == INJECTION
+
+
+def test_bad_request_json_gives_typed_errors() -> None:
+    from parley.protocol import InvalidArgumentsError, UnknownRoleError
+
+    with pytest.raises(UnknownRoleError):
+        wire.decode_request({"messages": [{"role": "system", "content": "x"}]})
+    with pytest.raises(OrphanToolResultError):
+        wire.decode_request({"messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_x", "content": "r"}]}]})
+    with pytest.raises(InvalidArgumentsError):
+        wire.decode_request({"messages": [{"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t", "name": "f", "input": "not an object"}]}]})
+    with pytest.raises(ProtocolError):
+        wire.decode_request({"messages": [{"role": "user", "content": 42}]})

@@ -243,3 +243,24 @@ def test_strict_schema_closes_objects_requires_everything_and_makes_optional_nul
     assert schema == original  # the input was not mutated in place
     fmt = wire.response_format(schema, name="my output!")
     assert fmt["json_schema"]["name"] == "my_output_" and fmt["json_schema"]["strict"] is True
+
+
+def test_request_json_decodes_back_to_the_same_conversation() -> None:
+    conversation = _loop()
+    conversation.messages[3].parts[0].content = INJECTION
+    conversation.append(Message.user("thanks"))
+    body = json.loads(json.dumps(wire.build_request("m", conversation, [WEATHER])))
+    decoded, tools = wire.decode_request(body)
+    assert tools == [WEATHER] and decoded.messages == conversation.messages
+
+
+def test_bad_request_json_gives_typed_errors() -> None:
+    from parley.protocol import InvalidArgumentsError, UnknownRoleError
+
+    with pytest.raises(UnknownRoleError):
+        wire.decode_request({"messages": [{"role": "function", "content": "x", "name": "f"}]})
+    with pytest.raises(OrphanToolResultError):
+        wire.decode_request({"messages": [{"role": "tool", "tool_call_id": "nope", "content": "r"}]})
+    with pytest.raises(InvalidArgumentsError):
+        wire.decode_request({"messages": [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]})
