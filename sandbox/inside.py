@@ -306,11 +306,18 @@ def _error_info(exc: BaseException) -> dict[str, Any]:
     return info
 
 
-def _print_traceback(exc: BaseException, line_cap: int = 2000, total_cap: int = 16000) -> None:
-    """Like the interpreter's report, but bounded: a 10 MB exception message must not flood stderr."""
+def _print_traceback(exc: BaseException, code: str, line_cap: int = 2000, total_cap: int = 16000) -> None:
+    """Like the interpreter's report (with the cell's source lines), but bounded: a 10 MB exception
+    message must not flood stderr."""
+    import linecache
     import traceback
 
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    linecache.cache["<cell>"] = (len(code), None, code.splitlines(True), "<cell>")
+
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code.co_filename != "<cell>":
+        tb = tb.tb_next  # drop this runner's own frame: the user's cell is where the story starts
+    lines = traceback.format_exception(type(exc), exc, tb)
     text = "".join(line if len(line) <= line_cap else line[:line_cap] + "...[truncated]\n" for line in lines)
     if len(text) > total_cap:
         text = text[: total_cap // 4] + "\n...[traceback truncated]...\n" + text[-total_cap // 2:]
@@ -333,7 +340,7 @@ def _run_cell(code: str) -> dict[str, Any]:
         code_ = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         return {"ok": code_ == 0, "value": None, "exit_code": code_}
     except BaseException as exc:  # the user's failure is data, reported on stderr and the channel
-        _print_traceback(exc)
+        _print_traceback(exc, code)
         return {"ok": False, "value": None, "error": _error_info(exc), "exit_code": 1}
     try:
         json.dumps(value, allow_nan=False)

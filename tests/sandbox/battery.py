@@ -667,7 +667,8 @@ while True:
             ("D1", "kids, err = 0, None\nfor _ in range(300):\n    try:\n        if os.fork() == 0:\n"
                    "            time.sleep(3)\n            os._exit(0)\n        kids += 1\n    except OSError as e:\n"
                    "        err = e.errno\n        break\n{'kids': kids, 'errno': err}\n", {}),
-            ("D5", "while True:\n    pass\n", {"limits": LIMITS.with_overrides(cpu_s=1)}),
+            # A long wall limit so that RLIMIT_CPU (1 s) fires first even on a busy shared machine.
+            ("D5", "while True:\n    pass\n", {"limits": LIMITS.with_overrides(cpu_s=1, timeout_s=10.0)}),
             ("D6_sleep", "time.sleep(1000)\n", {"timeout_s": 1.5}),
             ("D6_input", "input()\n", {"timeout_s": 3.0}),
             ("D7", "while True:\n    print('A' * 100)\n", {}),

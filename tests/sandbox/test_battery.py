@@ -25,10 +25,13 @@ from typing import Any
 import pytest
 
 from parley.sandbox import Sandbox
+from parley.sandbox.detect import find_interpreter
 from tests.conftest import REPO_ROOT
 
 HERE = Path(__file__).resolve().parent
-SYSTEM_PYTHON = "/usr/bin/python3"
+# The uid-65534 harness needs a Python it can reach (the venv's may live under /root): the sandbox's own.
+_INTERPRETER = find_interpreter()
+SYSTEM_PYTHON = _INTERPRETER.executable if _INTERPRETER else "/usr/bin/python3"
 CANARIES = ("hunter2-canary", "A9-SECRET")
 TIERS = ["bwrap", "landlock"]
 CALLERS = ["root", "uid65534"]
@@ -58,7 +61,7 @@ def _skip_reason(tier: str, caller: str) -> str | None:
     if reason:
         return f"tier {tier} unavailable here: {reason}"
     if caller == "uid65534" and (shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PYTHON)):
-        return "setpriv or the system Python is missing (needed to run the battery as uid 65534)"
+        return "setpriv or a world-readable Python is missing (needed to run the battery as uid 65534)"
     return None
 
 
@@ -130,7 +133,7 @@ def _contained(obs: dict[str, Any], meta: dict[str, Any], name: str) -> None:
         assert canary not in dumped, f"{name}: canary {canary!r} came back"
     assert meta["leftover"] == [], f"sandbox processes left behind: {meta['leftover']}"
     run = obs.get("run")
-    if run is not None:
+    if run is not None and name != "D5":  # D5 has its own, longer wall limit
         assert run["duration_s"] <= 5.0 + 3.0, f"{name}: ran {run['duration_s']} s, past the wall limit"
     assert meta["marker_exists"] is False, "a host marker file was created"
     assert all(v == 0 for v in meta["listeners"].values()), f"a host listener was reached: {meta['listeners']}"
@@ -376,8 +379,8 @@ def _mmap(o: dict[str, Any], tier: str, meta: dict[str, Any]) -> None:
 
 @case("D5")
 def _busy_loop(o: dict[str, Any], tier: str, meta: dict[str, Any]) -> None:
-    assert o["run"]["limit"] == "cpu" and o["run"]["exit_code"] == 128 + 24
-    assert o["run"]["duration_s"] < 1 + 4
+    assert o["run"]["limit"] == "cpu" and o["run"]["exit_code"] == 128 + 24  # SIGXCPU, before the 10 s wall
+    assert o["run"]["duration_s"] < 10.0
 
 
 @case("D6_sleep")

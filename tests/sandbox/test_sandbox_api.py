@@ -116,6 +116,14 @@ def test_an_exception_is_reported_not_raised(sandbox: Sandbox) -> None:
     assert result.exit_code == 1 and not result.ok and result.error is not None
     assert result.error["type"] == "ZeroDivisionError" and "ZeroDivisionError" in result.stderr
     assert "/root" not in result.stderr and "/work" not in result.stderr  # no host paths in tracebacks
+    assert "inside.py" not in result.stderr and "/proc/self/fd" not in result.stderr  # nor runner frames
+    assert "1 / 0" in result.stderr  # the cell's own source line is shown
+
+
+def test_a_syntax_error_is_reported(sandbox: Sandbox) -> None:
+    result = sandbox.run_python_sync("def broken(:\n    pass")
+    assert result.exit_code == 1 and result.error is not None and result.error["type"] == "SyntaxError"
+    assert '"<cell>", line 1' in result.stderr
 
 
 def test_sys_exit_sets_the_exit_code(sandbox: Sandbox) -> None:
