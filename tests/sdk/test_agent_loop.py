@@ -257,3 +257,14 @@ async def test_tool_choice_may_be_decided_per_turn() -> None:
     backend = ScriptedBackend([ScriptedTurn(tool_calls=[call("lookup", {"city": "A"})]), "done"])
     await Agent(backend, tools=[lookup], tool_choice=plan).run("go")
     assert [r.tool_choice for r in backend.requests] == [NamedToolChoice("lookup"), "none"]
+
+
+async def test_run_stream_raises_what_the_run_raises() -> None:
+    from parley.errors import ScriptExhaustedError
+
+    stream = Agent(
+        ScriptedBackend([ScriptedTurn(tool_calls=[call("lookup", {"city": "A"})])]), tools=[lookup]
+    ).run_stream("go")
+    with pytest.raises(ScriptExhaustedError):
+        async for _ in stream:
+            pass

@@ -109,3 +109,16 @@ def test_parley_demo_runs_end_to_end(backend, tmp_path: Path, capsys: pytest.Cap
     ledger = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert len(ledger) >= 3
     assert all(int(row[2]) > 0 for row in ledger[1:])  # turns 2+ read their prefix from the cache
+
+
+def test_parley_chat_streams_replies(
+    backend, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    from parley.cli import main
+
+    lines = iter(["Say hello.", ""])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    assert main(["chat", "--max-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    reply = out.split("bot> ", 1)[1].splitlines()[0]
+    assert reply.strip()
