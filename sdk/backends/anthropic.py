@@ -64,6 +64,7 @@ class AnthropicBackend:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         cache: CachePolicy | None = None,
         interleaved_thinking: bool = False,
+        parallel_tool_calls: bool = True,
         max_retries: int = 3,
         retry_base_delay: float = 0.5,
         max_retry_delay: float = 60.0,
@@ -74,6 +75,7 @@ class AnthropicBackend:
         self.max_tokens = max_tokens
         self.cache = cache
         self.interleaved_thinking = interleaved_thinking
+        self.parallel_tool_calls = parallel_tool_calls
         self.max_retries = max_retries
         self.retry_base_delay = retry_base_delay
         self.max_retry_delay = max_retry_delay
@@ -126,6 +128,7 @@ class AnthropicBackend:
             max_tokens=max_tokens,
             tool_choice="auto" if isinstance(choice, NamedToolChoice) else choice,
             tool_name=choice.name if isinstance(choice, NamedToolChoice) else None,
+            parallel_tool_calls=self.parallel_tool_calls,
             stream=stream,
             **extra,
         )

@@ -40,6 +40,7 @@ from parley.backends.errors import (
     error_from_status,
     retrying,
 )
+from parley.cache_planner import CacheLedger
 from parley.pricing import model_info
 from parley.protocol import ErrorEvent, Event, UsageEvent
 from parley.protocol import openai as wire
@@ -66,6 +67,7 @@ class OpenAIBackend:
         max_retry_delay: float = 60.0,
         timeout: float = 600.0,
         extra_body: dict[str, Any] | None = None,
+        parallel_tool_calls: bool | None = None,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
         if flavor not in ("openai", "vllm", "sglang", "auto"):
@@ -80,6 +82,9 @@ class OpenAIBackend:
         self.retry_base_delay = retry_base_delay
         self.max_retry_delay = max_retry_delay
         self.extra_body = dict(extra_body or {})
+        self.parallel_tool_calls = parallel_tool_calls
+        self.cache_ledger = CacheLedger()
+        """Reported cache reads per request (OpenAI caches automatically: nothing to predict)."""
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = http_client or httpx.AsyncClient(timeout=timeout)
@@ -147,6 +152,7 @@ class OpenAIBackend:
             tool_name=choice.name if isinstance(choice, NamedToolChoice) else None,
             stream=stream,
             developer_role=flavor == "openai",
+            parallel_tool_calls=self.parallel_tool_calls,
             **extra,
         )
         body.update(self.extra_body)
@@ -206,6 +212,7 @@ class OpenAIBackend:
             raise MalformedStreamError(f"unreadable {flavor} response: {exc}", provider=flavor,
                                        status_code=response.status_code) from exc
         usage = from_openai(decoded.usage, model=self.model if flavor == "openai" else None, provider=flavor)
+        self.cache_ledger.record(None, usage)
         return ModelResponse(messages=[decoded.message], usage=usage, finish_reason=decoded.finish_reason,
                              model=decoded.model or self.model)
 
@@ -250,6 +257,7 @@ class OpenAIBackend:
         usage = from_openai(decoder.usage, model=self.model if flavor == "openai" else None, provider=flavor)
         if not decoder.usage:
             usage = usage.model_copy(update={"cost": None})
+        self.cache_ledger.record(None, usage)
         yield UsageEvent(usage=usage)
 
     async def aclose(self) -> None:

@@ -307,3 +307,9 @@ def test_missing_api_key_is_a_configuration_error(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ConfigurationError, match="ANTHROPIC_API_KEY"):
         AnthropicBackend(MODEL)._get_client()
     assert issubclass(StreamInterruptedError, ModelAPIError)
+
+
+def test_parallel_tool_use_can_be_disabled() -> None:
+    backend = AnthropicBackend(MODEL, api_key="k", parallel_tool_calls=False)
+    body, _, _ = backend.build_body(_request(Message.user("x"), tools=[WEATHER]))
+    assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}

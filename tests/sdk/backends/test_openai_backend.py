@@ -132,6 +132,14 @@ async def test_stream_assembles_tool_calls_by_index_and_reports_cached_usage(ser
     assert usage.cost == (86 * Decimal("0.15") + 1920 * Decimal("0.075") + 300 * Decimal("0.60")) / 10**6
 
 
+async def test_parallel_tool_calls_flag_and_cache_ledger(server: FakeServer) -> None:
+    server.queue(Reply(sse=STREAM))
+    backend = _backend(server, parallel_tool_calls=False)
+    await _collect(backend, _request(Message.user("x"), tools=[WEATHER]))
+    assert server.requests[0].body["parallel_tool_calls"] is False
+    assert backend.cache_ledger.requests == 1 and abs(backend.cache_ledger.hit_rate - 1920 / 2006) < 1e-9
+
+
 async def test_vllm_flavor_fields(server: FakeServer) -> None:
     body = _completion({"content": "{\"a\": 1}", "reasoning": "think first"},
                        prompt_tokens_details={"cached_tokens": 16})
