@@ -50,7 +50,7 @@ def _mark(cache: an.CacheControl | None) -> CacheMark | None:
     return CacheMark(ttl=cache.ttl or "5m") if cache is not None else None
 
 
-def to_conversation(request: an.MessagesRequest) -> Conversation:
+def to_conversation(request: an.MessagesRequest | an.CountTokensRequest) -> Conversation:
     messages: list[Message] = []
     if request.system is not None:
         if isinstance(request.system, str):
@@ -350,3 +350,21 @@ async def messages(request: Request) -> Response:
     finally:
         await turn.close()
     return JSONResponse(result)
+
+
+@endpoint("anthropic", "count_tokens")
+async def count_tokens(request: Request) -> Response:
+    """The prompt's token count as this server would render it (Anthropic's `messages.count_tokens`)."""
+    state = state_of(request)
+    tenant_of(request)
+    parsed = validate_as(an.CountTokensRequest, await read_json(request))
+    state.check_model(parsed.model)
+    tools = [
+        ToolSpec(name=t.name, description=t.description or "", parameters=t.input_schema, strict=bool(t.strict))
+        for t in parsed.tools or []
+    ]
+    if isinstance(parsed.tool_choice, an.ToolChoiceNone):
+        tools = []
+    thinking = isinstance(parsed.thinking, an.ThinkingEnabled)
+    ids = state.codec.render(to_conversation(parsed), tools, thinking=thinking)
+    return JSONResponse({"input_tokens": len(ids)})

@@ -190,3 +190,15 @@ class MessagesRequest(_Strict):
         if isinstance(self.tool_choice, ToolChoiceAny) and not names:
             raise FieldRule("tool_choice", "'any' needs at least one tool in tools")
         return self
+
+
+class CountTokensRequest(_Strict):
+    """`POST /v1/messages/count_tokens`: the prompt-shaping fields of a Messages request."""
+
+    model: str = Field(min_length=1)
+    messages: list[MessageParam] = Field(min_length=1)
+    system: str | list[TextBlock] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: Thinking | None = None
+    cache_control: CacheControl | None = None

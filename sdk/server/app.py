@@ -1,6 +1,7 @@
 """`create_app(engine)`: the Starlette application behind `parley serve`.
 
-Routes: `POST /v1/chat/completions`, `GET /v1/models` (OpenAI), `POST /v1/messages` (Anthropic),
+Routes: `POST /v1/chat/completions`, `GET /v1/models` (OpenAI), `POST /v1/messages` and
+`POST /v1/messages/count_tokens` (Anthropic),
 `GET /health`, `GET /metrics` (Prometheus text). Unknown paths and wrong methods answer in
 OpenAI's error shape (or Anthropic's under `/v1/messages`), never Starlette's plain text.
 """
@@ -15,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from parley.server.anthropic_routes import messages
+from parley.server.anthropic_routes import count_tokens, messages
 from parley.server.config import ServerConfig
 from parley.server.context import ServerState, error_response, state_of
 from parley.server.engine_port import EnginePort
@@ -72,6 +73,7 @@ def create_app(
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]

@@ -384,3 +384,60 @@ def test_internal_fault_is_500_in_the_documented_shape() -> None:
             server.base_url + "/v1/messages", json={"model": "test-model", "max_tokens": 4, "messages": USER}
         )
         assert response.status_code == 500 and response.json()["error"]["type"] == "api_error"
+
+
+def test_anthropic_thinking_stream_has_thinking_then_signature_then_text() -> None:
+    with serve(FakeEngine("b" * 1100 + "Done.")) as server:
+        body = {
+            "model": "test-model",
+            "max_tokens": 1500,
+            "messages": USER,
+            "stream": True,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+        }
+        response = httpx.post(server.base_url + "/v1/messages", json=body, timeout=30)
+    events = [json.loads(line[6:]) for line in sse_lines(response)]
+    shape = []
+    for event in events:
+        label = event["type"]
+        if label == "content_block_start":
+            label += ":" + event["content_block"]["type"]
+        if label == "content_block_delta":
+            label += ":" + event["delta"]["type"]
+        if not shape or shape[-1] != label:
+            shape.append(label)
+    assert shape == [
+        "message_start",
+        "ping",
+        "content_block_start:thinking",
+        "content_block_delta:thinking_delta",
+        "content_block_delta:signature_delta",
+        "content_block_stop",
+        "content_block_start:text",
+        "content_block_delta:text_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+
+
+def test_count_tokens_matches_the_rendered_prompt(fake_server: BackgroundServer, fake_engine: FakeEngine) -> None:
+    client = an_client(fake_server)
+    counted = client.messages.count_tokens(model="test-model", system="Be brief.", messages=USER)  # type: ignore[arg-type]
+    message = client.messages.create(model="test-model", max_tokens=2, system="Be brief.", messages=USER)  # type: ignore[arg-type]
+    assert counted.input_tokens == message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+
+
+def test_non_streaming_request_is_aborted_when_the_client_gives_up() -> None:
+    engine = FakeEngine("z" * 1000, step_s=0.01)
+    with serve(engine) as server:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(
+                server.base_url + "/v1/chat/completions",
+                json={"model": "test-model", "messages": USER, "max_tokens": 1000},
+                timeout=0.5,
+            )
+        deadline = time.monotonic() + 5
+        while (engine.blocks_used or not engine.aborted) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.aborted and engine.blocks_used == 0
