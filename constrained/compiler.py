@@ -161,11 +161,20 @@ def _candidates(requested: str, spec: Spec, uses: list[KeywordUse]) -> list[str]
         return [requested]
     if isinstance(spec, Grammar):
         return ["xgrammar"]
-    if isinstance(spec, (JsonSchema, ToolCalls)) and len(_unenforced("outlines", uses)) < len(
-        _unenforced("xgrammar", uses)
-    ):
-        return ["outlines", "xgrammar"]
+    if isinstance(spec, (JsonSchema, ToolCalls)) and (spec.strict or not _admits_extra_keys(uses)):
+        # outlines first only when it enforces strictly more; it always forbids extra keys, which
+        # is wrong for non-strict specs whose objects admit them.
+        by_outlines = {(u.keyword, u.path) for u in _unenforced("outlines", uses)}
+        by_xgrammar = {(u.keyword, u.path) for u in _unenforced("xgrammar", uses)}
+        if by_outlines < by_xgrammar:
+            return ["outlines", "xgrammar"]
     return ["xgrammar", "outlines"]
+
+
+def _admits_extra_keys(uses: list[KeywordUse]) -> bool:
+    return any(
+        use.keyword == "properties" and use.schema.get("additionalProperties", True) is not False for use in uses
+    )
 
 
 def _compile_uncached(

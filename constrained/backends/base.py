@@ -97,4 +97,4 @@ def tool_calls_regex(spec: ToolCalls, call_regex: str) -> str:
     one = f"{escape_regex(HERMES_OPEN)}(?:{call_regex}){escape_regex(HERMES_CLOSE)}"
     if not spec.allow_multiple:
         return one
-    return f"{one}(?:\\n{one}){{0,{spec.max_calls - 1}}}"
+    return f"{one}(?:\n{one}){{0,{spec.max_calls - 1}}}"

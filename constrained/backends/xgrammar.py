@@ -40,7 +40,7 @@ SUPPORTED_FORMATS = {
     "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
 }  # fmt: skip
 # Stripped from the schema before xgrammar sees it (it would enforce them incorrectly or reject them).
-STRIPPED = {"minLength", "maxLength", "format"}
+STRIPPED = {"minLength", "maxLength", "format", "patternProperties"}
 
 
 def _xgr() -> Any:
@@ -63,6 +63,8 @@ def unenforced(uses: list[KeywordUse]) -> list[KeywordUse]:
             out.append(use)
         elif use.keyword == "allOf" and isinstance(value, list) and len(value) > 1:
             out.append(use)
+        elif use.keyword == "patternProperties" and use.schema.get("additionalProperties", False) is not False:
+            out.append(use)  # xgrammar then admits only pattern keys: stripped, extra keys follow additionalProperties
     return out
 
 
