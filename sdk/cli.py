@@ -58,7 +58,7 @@ def _demo_agent(outbox: Path, *, max_tokens: int) -> Any:
 
     @tool(needs_approval=True)
     def send_report(
-        to: Literal["ops@example.com", "team@example.com"], summary: Annotated[str, Field(max_length=60)]
+        to: Literal["ops@example.com", "team@example.com"], summary: Annotated[str, Field(max_length=40)]
     ) -> str:
         """Email a short weather report (a side effect: a human approves it first).
 
