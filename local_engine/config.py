@@ -51,7 +51,9 @@ class SamplingParams:
     """What one request asks for. `temperature=0` is greedy; `seed` fixes this request's own random stream.
 
     `stop_token_ids` and `stop` (strings) end the request with reason "stop"; the end-of-sequence token does
-    too unless `ignore_eos`. `logprobs=N` returns the chosen token's log-probability and the top N.
+    too unless `ignore_eos`. Until `min_tokens` are out, those tokens cannot be chosen at all (HF's
+    `min_new_tokens`). `logprobs=N` returns the chosen token's log-probability and the top N (from the fp32
+    logits after hook masks, before temperature).
     """
 
     max_tokens: int = 16

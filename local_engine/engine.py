@@ -115,7 +115,7 @@ class Engine:
             max_model_len=self.max_model_len,
         )
         self.runner = ModelRunner(model, num_blocks, cfg.block_size)
-        self.sampler = Sampler(vocab_size, self.device)
+        self.sampler = Sampler(vocab_size, self.device, eos_token_ids)
         self.timer = _StepTimer()
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._by_id: dict[str, Sequence] = {}  # engine-thread view of live requests

@@ -1,6 +1,6 @@
 """Model runner: turns a scheduled step into tensors, runs the forward pass, returns fp32 logits.
 
-Owns the preallocated KV pool (one tensor for keys, one for values, `[layers, blocks*block_size, kv_heads,
+Owns the preallocated KV pool (one tensor for keys, one for values, `[layers, kv_heads, blocks*block_size,
 head_dim]`), so a step allocates only its activations. A token at position p of a sequence lives in slot
 `block_table[p // block_size] * block_size + p % block_size`.
 """
@@ -86,10 +86,10 @@ class ModelRunner:
                 decode_gather = torch.stack(gathers)
             else:
                 decode_gather = torch.zeros(len(decode), L, dtype=torch.long)
-                decode_mask = torch.zeros(len(decode), 1, 1, L, dtype=torch.float32)
+                decode_mask = torch.zeros(len(decode), 1, L, dtype=torch.float32)
                 for b, (g, n) in enumerate(zip(gathers, lengths, strict=True)):
                     decode_gather[b, :n] = g
-                    decode_mask[b, 0, 0, n:] = float("-inf")
+                    decode_mask[b, 0, n:] = float("-inf")
                 decode_mask = decode_mask.to(dev)
             decode_gather = decode_gather.to(dev)
         spans: list[PrefillSpan] = []

@@ -41,10 +41,20 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 class Sampler:
-    def __init__(self, vocab_size: int, device: torch.device) -> None:
+    def __init__(self, vocab_size: int, device: torch.device, eos_token_ids: frozenset[int] = frozenset()) -> None:
         self.vocab_size = vocab_size
         self.device = device
         self.mask_words = (vocab_size + 31) // 32
+        self.eos_token_ids = eos_token_ids
+
+    def _suppress_early_stops(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> None:
+        """Below `min_tokens`, end-of-sequence and stop ids cannot be chosen (as HF's `min_new_tokens`)."""
+        for i, seq in enumerate(seqs):
+            p = seq.params
+            if p.min_tokens and seq.num_output_tokens < p.min_tokens:
+                banned = set(p.stop_token_ids) | (set() if p.ignore_eos else set(self.eos_token_ids))
+                if banned:
+                    logits[i, sorted(banned)] = float("-inf")
 
     def _apply_hooks(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> dict[int, int]:
         """Ask hooks for forced tokens and masks; mask `logits` in place. Returns row -> forced token."""
@@ -90,6 +100,7 @@ class Sampler:
     @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> tuple[list[int], list[TokenLogprob | None]]:
         """Choose one token per row of fp32 `logits` ([len(seqs), vocab]); tell hooks nothing yet."""
+        self._suppress_early_stops(logits, seqs)
         forced = self._apply_hooks(logits, seqs)
         n = len(seqs)
         need_logprobs = any(s.params.logprobs is not None for s in seqs)

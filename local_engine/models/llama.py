@@ -75,7 +75,7 @@ class AttentionBatch:
     slot_mapping: torch.Tensor  # [T] cache slot of each new token
     num_decode: int
     decode_gather: torch.Tensor | None  # [B, Lmax] cache slots each decode row attends to (padded)
-    decode_mask: torch.Tensor | None  # [B, 1, 1, Lmax] additive mask for padding (None when all lengths equal)
+    decode_mask: torch.Tensor | None  # [B, 1, Lmax] additive mask for padding (None when all lengths equal)
     prefills: list[PrefillSpan]
 
 
@@ -161,9 +161,13 @@ class LlamaModel:
         return cls(arch, weights, device, dtype)
 
     def new_kv_cache(self, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Preallocated pool: [layers, slots, kv_heads, head_dim] for keys and for values."""
+        """Preallocated pool: [layers, kv_heads, slots, head_dim] for keys and for values.
+
+        Head-major so a sequence's gathered keys for one KV head are contiguous `[ctx, head_dim]` rows, the
+        layout a batched matmul reads without copying.
+        """
         a = self.arch
-        shape = (a.num_layers, num_slots, a.num_kv_heads, a.head_dim)
+        shape = (a.num_layers, a.num_kv_heads, num_slots, a.head_dim)
         return (torch.zeros(shape, device=self.device, dtype=self.dtype),
                 torch.zeros(shape, device=self.device, dtype=self.dtype))
 
@@ -207,35 +211,39 @@ class LlamaModel:
             q = qk[:, :H]
             k = qk[:, H:]
             v = qkv[:, qs + kvs :].view(T, KVH, D)
-            kc, vc = k_cache[li], v_cache[li]
-            kc.index_copy_(0, slots, k)
-            vc.index_copy_(0, slots, v)
+            kc, vc = k_cache[li], v_cache[li]  # [KVH, slots, D]
+            kc.index_copy_(1, slots, k.transpose(0, 1))
+            vc.index_copy_(1, slots, v.transpose(0, 1))
 
             outs = []
             if nd:
-                # q [B, KVH, G, D] against gathered K [B, KVH, L, D]: one grouped matmul, KV heads not repeated.
+                # Batched decode as one grouped matmul over (kv head, sequence): the G query heads of a KV head
+                # share its gathered keys/values, read once; KV heads are never repeated.
                 gather = batch.decode_gather
                 assert gather is not None
                 B, L = gather.shape
-                kg = kc.index_select(0, gather.view(-1)).view(B, L, KVH, D).permute(0, 2, 3, 1)
-                vg = vc.index_select(0, gather.view(-1)).view(B, L, KVH, D).transpose(1, 2)
+                kg = kc.index_select(1, gather.view(-1)).view(KVH * B, L, D)
+                vg = vc.index_select(1, gather.view(-1)).view(KVH * B, L, D)
                 qd = q[:nd].reshape(B, KVH, G, D)
-                scores = torch.matmul(qd, kg).mul_(scale)
+                qd = qd.view(KVH * B, G, D) if B == 1 else qd.transpose(0, 1).reshape(KVH * B, G, D)
+                scores = torch.bmm(qd, kg.transpose(1, 2))
                 if batch.decode_mask is not None:
-                    scores = scores + batch.decode_mask
-                probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vg.dtype)
-                outs.append(torch.matmul(probs, vg).reshape(B, H * D))
+                    scores = scores.view(KVH, B, G, L).add_(batch.decode_mask).view(KVH * B, G, L)
+                probs = torch.softmax(scores.mul_(scale), dim=-1, dtype=torch.float32).to(vg.dtype)
+                od = torch.bmm(probs, vg)  # [KVH*B, G, D]
+                od = od.view(B, H * D) if B == 1 else od.view(KVH, B, G, D).transpose(0, 1).reshape(B, H * D)
+                outs.append(od)
             for span in batch.prefills:
                 n = span.end - span.start
                 ctx = span.gather.shape[0]
-                kg = kc.index_select(0, span.gather).permute(1, 2, 0)  # [KVH, D, ctx]
-                vg = vc.index_select(0, span.gather).transpose(0, 1)  # [KVH, ctx, D]
+                kg = kc.index_select(1, span.gather)  # [KVH, ctx, D]
+                vg = vc.index_select(1, span.gather)
                 qp = q[span.start : span.end].reshape(n, KVH, G, D).permute(1, 2, 0, 3).reshape(KVH, G * n, D)
-                scores = torch.matmul(qp, kg).view(KVH, G, n, ctx).mul_(scale)
+                scores = torch.bmm(qp, kg.transpose(1, 2)).view(KVH, G, n, ctx).mul_(scale)
                 if span.mask is not None:
-                    scores = scores + span.mask
+                    scores = scores.add_(span.mask)
                 probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vg.dtype)
-                o = torch.matmul(probs.view(KVH, G * n, ctx), vg).view(KVH, G, n, D)
+                o = torch.bmm(probs.view(KVH, G * n, ctx), vg).view(KVH, G, n, D)
                 outs.append(o.permute(2, 0, 1, 3).reshape(n, H * D))
             attn = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
 
