@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from parley.local_engine import ModelLoadError, ModelNotFoundError
-from parley.local_engine import loader
+from parley.local_engine import ModelLoadError, ModelNotFoundError, loader
 
 
 def test_cache_dir_follows_parley_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
