@@ -16,17 +16,18 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "run_state"
 ALL_FIXTURES = sorted(FIXTURES.glob("*/*.json"))
 
 
+executed: list[str] = []
+
+
 @tool
-def lookup(city: str) -> str:
+def lookup(ctx: ToolContext, city: str) -> str:
+    executed.append(ctx.call_id)
     return f"4 C in {city}"
-
-
-sent: list[str] = []
 
 
 @tool(needs_approval=True)
 def send_email(ctx: ToolContext, to: str, body: str) -> str:
-    sent.append(ctx.call_id)
+    executed.append(ctx.call_id)
     return f"sent to {to}"
 
 
@@ -55,21 +56,25 @@ def test_fixture_loads_and_round_trips(path: Path) -> None:
     "path", [p for p in ALL_FIXTURES if p.stem.startswith("resume_")], ids=lambda p: f"{p.parent.name}/{p.stem}"
 )
 async def test_fixture_resumes_to_completion(path: Path) -> None:
-    sent.clear()
+    executed.clear()
     state = RunState.from_json(path.read_text())
     recorded = set(state.records)
+    batch = list(state.batch)
+    decided_without_running = {i for i, d in state.decisions.items() if d.kind != "approved"}
     for item in list(state.pending):
         if item.kind == "approval":
             state.approve(item.call_id)
         else:
             state.provide_result(item.call_id, {"answer": "yes"})
+            decided_without_running.add(item.call_id)
     backend = ScriptedBackend(["All done."])
     result = await Agent(backend, tools=[lookup, send_email, ask_manager]).run(state=state)
     assert result.output == "All done." and not result.paused
     answered = {r.call_id for m in result.messages for r in m.tool_results}
     assert answered >= {c.id for m in result.messages for c in m.tool_calls}
-    assert not recorded & set(sent)  # nothing recorded ran again
-    assert len(sent) == len(set(sent))
+    assert not recorded & set(executed)  # nothing recorded ran again
+    assert len(executed) == len(set(executed))  # nothing ran twice
+    assert set(executed) | recorded | decided_without_running == {c.id for c in batch}
     assert result.usage.requests == state.usage.requests + 1  # usage continued from the state
 
 
