@@ -55,7 +55,7 @@ from parley.protocol._chat_template_stream import (
     decode_tool_call,
 )
 from parley.protocol.envelope import Conversation, Message, ReasoningPart, Role, TextPart, ToolCall
-from parley.protocol.errors import OrphanToolResultError, ParseError, UnknownRoleError
+from parley.protocol.errors import OrphanToolResultError, ParseError, ProtocolError, UnknownRoleError
 from parley.protocol.events import ErrorEvent, Event
 from parley.protocol.tool_spec import ToolSpec
 
@@ -273,7 +273,12 @@ class ChatTemplateCodec:
         kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": gen}
         if tools:
             kwargs["tools"] = [_tool_json(t) for t in tools]
-        rendered = tok.apply_chat_template(dicts, **kwargs)
+        try:
+            rendered = tok.apply_chat_template(dicts, **kwargs)
+        except Exception as exc:  # jinja2 TemplateError from `raise_exception(...)` in templates, and the like
+            raise ProtocolError(f"the model's chat template rejected the conversation: {exc}") from exc
+        if not isinstance(rendered, str):
+            raise ProtocolError("the model's chat template did not render text")
         segments: list[Segment] = []
         last = 0
         for match in _SENTINEL.finditer(rendered):

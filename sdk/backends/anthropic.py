@@ -246,6 +246,10 @@ class AnthropicBackend:
                     yield out
         except Exception as exc:
             failure = _map_error(exc, streaming=True)
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                await close()  # also when the consumer stops early: return the connection
         if failure is None and not decoder.done:
             failure = StreamInterruptedError("the Anthropic stream ended before message_stop", provider="anthropic")
         if failure is not None:

@@ -338,3 +338,15 @@ def test_results_inside_a_user_message_render_before_its_text(codec: ChatTemplat
     conversation = [Message.user("go"), _tool_loop().messages[2], mixed]
     text = codec.render(conversation, add_generation_prompt=False)
     assert text.endswith("<|im_start|>tool\n18C<|im_end|>\n<|im_start|>user\nthanks<|im_end|>\n")
+
+
+def test_a_native_template_that_raises_gives_a_protocol_error(tokenizer: Any) -> None:
+    from parley.protocol import ProtocolError
+
+    original = tokenizer.chat_template
+    tokenizer.chat_template = "{{ raise_exception('tools need a user message') }}{# tools #}"
+    try:
+        with pytest.raises(ProtocolError, match="tools need a user message"):
+            ChatTemplateCodec(tokenizer).render([Message.system("x")])
+    finally:
+        tokenizer.chat_template = original
