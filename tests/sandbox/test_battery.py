@@ -399,14 +399,14 @@ def _input(o: dict[str, Any], tier: str, meta: dict[str, Any]) -> None:
 def _stdout_flood(o: dict[str, Any], tier: str, meta: dict[str, Any]) -> None:
     run = o["run"]
     assert run["limit"] == "output" and run["stdout_truncated"] and run["stdout_len"] == 64 * 1024
-    assert run["duration_s"] < 2.0
+    assert run["duration_s"] < 3.0
 
 
 @case("D8_stderr")
 def _stderr_flood(o: dict[str, Any], tier: str, meta: dict[str, Any]) -> None:
     run = o["run"]
     assert run["limit"] == "output" and run["stderr_truncated"] and run["stderr_len"] == 64 * 1024
-    assert run["duration_s"] < 2.0
+    assert run["duration_s"] < 3.0
 
 
 @case("D8_invalid_utf8")
