@@ -5,8 +5,8 @@ Exports resolve lazily so `import parley.server` stays light (starlette and uvic
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import importlib as _importlib
+import typing as _typing
 
 _EXPORTS = {
     "ApiError": "parley.server.errors",
@@ -35,11 +35,11 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'parley.server' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    return getattr(_importlib.import_module(module), name)
 
 
 def __dir__() -> list[str]:

@@ -38,7 +38,15 @@ from parley.protocol import (
     ToolSpec,
 )
 from parley.server import anthropic_schema as an
-from parley.server.context import deadline_from, endpoint, read_json, run_or_cancel_on_disconnect, state_of, tenant_of
+from parley.server.context import (
+    arrival_of,
+    deadline_from,
+    endpoint,
+    read_json,
+    run_or_cancel_on_disconnect,
+    state_of,
+    tenant_of,
+)
 from parley.server.errors import ApiError, invalid
 from parley.server.streaming import SSE_HEADERS, observe_end, sse_event
 from parley.server.tenants import cache_salt
@@ -335,6 +343,7 @@ async def messages(request: Request) -> Response:
         spec,
         max_tokens_default=state.config.default_max_tokens,
         constrain_auto_tools=state.config.constrain_auto_tool_calls,
+        arrival=arrival_of(request),
     )
     message_id = "msg_" + spec.request_id
     await run_or_cancel_on_disconnect(request, turn.start())

@@ -57,6 +57,12 @@ def state_of(request: Request) -> ServerState:
     return state
 
 
+def arrival_of(request: Request) -> float:
+    """When the request reached the server (`time.perf_counter()`)."""
+    arrival: float = getattr(request.state, "arrival", time.perf_counter())
+    return arrival
+
+
 def tenant_of(request: Request) -> str:
     """Authenticate the caller: its tenant, or a 401 (checked before the body is read)."""
     return state_of(request).config.tenants.tenant_for(api_key_from_headers(request.headers))
@@ -107,6 +113,7 @@ def endpoint(dialect: Dialect, name: str) -> Callable[[Handler], Handler]:
 
     def wrap(handler: Handler) -> Handler:
         async def run(request: Request) -> Response:
+            request.state.arrival = time.perf_counter()  # TTFT and deadlines count from here
             state = state_of(request)
             metrics = state.metrics
             if metrics.in_flight >= state.config.max_concurrent:

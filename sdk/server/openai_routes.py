@@ -34,6 +34,7 @@ from parley.protocol import (
 )
 from parley.server import openai_schema as oa
 from parley.server.context import (
+    arrival_of,
     deadline_from,
     endpoint,
     read_json,
@@ -309,6 +310,7 @@ async def chat_completions(request: Request) -> Response:
         spec,
         max_tokens_default=state.config.default_max_tokens,
         constrain_auto_tools=state.config.constrain_auto_tool_calls,
+        arrival=arrival_of(request),
     )
     completion_id = "chatcmpl-" + spec.request_id
     created = int(time.time())

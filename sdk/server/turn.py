@@ -146,12 +146,13 @@ class Turn:
         *,
         max_tokens_default: int,
         constrain_auto_tools: bool = True,
+        arrival: float | None = None,
     ) -> None:
         self.engine = engine
         self.codec = codec
         self.spec = spec
         self.request_id = spec.request_id
-        self.arrival = time.perf_counter()
+        self.arrival = arrival if arrival is not None else time.perf_counter()
         self._finished = False
         self._stream: AsyncIterator[Any] | None = None
         self._first: Any = None
