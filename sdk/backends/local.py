@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from typing import Any
 
 from parley.backends.base import BackendCapabilities, ModelRequest, ModelResponse, NamedToolChoice
@@ -183,6 +184,7 @@ class LocalBackend:
                 output_tokens=output_tokens,
                 reasoning_tokens=reasoning_tokens,
                 requests=1,
+                cost=Decimal(0),  # local compute has no per-token price; a known zero keeps run totals known
                 raw=[
                     {
                         "backend": "local",

@@ -106,7 +106,7 @@ async def test_a_required_tool_call_is_constrained_parsed_and_salted(tokenizer: 
     assert calls[0].id.startswith("call_") and calls[0].id != "call_0"
     usage = response.usage
     assert (usage.cache_read_tokens, usage.input_tokens + usage.cache_read_tokens) == (32, len(call["prompt"]))
-    assert usage.raw[0]["cached_tokens"] == 32
+    assert usage.raw[0]["cached_tokens"] == 32 and usage.cost == 0
 
 
 async def test_the_constraint_rejects_a_call_to_a_tool_that_is_not_named(tokenizer: Any) -> None:
