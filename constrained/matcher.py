@@ -1,7 +1,8 @@
 """`Matcher`: one request's position in a compiled spec, the object decoding loops talk to.
 
 Wraps a backend matcher with what every backend should have but not all do: a token budget
-(`max_tokens` of the spec; at the bound the matcher terminates and `exhausted` is set), a record of
+(`max_tokens` of the spec; at the bound only stop tokens remain allowed, the matcher reports
+terminated and `exhausted` is set — the output is complete only if `is_completed()` was true), a record of
 warnings (keywords the backend does not enforce) and the `needs_validation` flag that says outputs
 must be checked with `validate` after generation because the mask alone does not guarantee them.
 
@@ -91,7 +92,7 @@ class Matcher:
         if ok:
             self._accepted += 1
             limit = self.spec.max_tokens
-            if limit is not None and self._accepted >= limit and not self._inner.is_completed():
+            if limit is not None and self._accepted >= limit:
                 self.exhausted = True
         return ok
 

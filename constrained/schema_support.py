@@ -101,6 +101,12 @@ def check_schema(schema: Any) -> None:
             raise UnsupportedDraftError(
                 f"unsupported $schema {dialect!r}; supported: Draft 4, 6, 7, 2019-09 and 2020-12"
             )
+    for use in scan_keywords(schema):
+        if use.keyword == "pattern" and isinstance(use.schema.get("pattern"), str):
+            _check_regex(use.schema["pattern"], use.path)
+        if use.keyword == "patternProperties" and isinstance(use.schema.get("patternProperties"), dict):
+            for pattern in use.schema["patternProperties"]:
+                _check_regex(pattern, use.path)
     validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         validator_cls.check_schema(schema)
@@ -108,12 +114,6 @@ def check_schema(schema: Any) -> None:
         where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
         raise InvalidSchemaError(f"not a valid JSON Schema at {where}: {exc.message}") from None
     _check_refs(schema)
-    for use in scan_keywords(schema):
-        if use.keyword == "pattern" and isinstance(use.schema.get("pattern"), str):
-            _check_regex(use.schema["pattern"], use.path)
-        if use.keyword == "patternProperties" and isinstance(use.schema.get("patternProperties"), dict):
-            for pattern in use.schema["patternProperties"]:
-                _check_regex(pattern, use.path)
 
 
 def _check_regex(pattern: str, path: str) -> None:
