@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parley.protocol import (
     CacheMark,
@@ -274,3 +276,26 @@ def test_bad_request_json_gives_typed_errors() -> None:
             {"type": "tool_use", "id": "t", "name": "f", "input": "not an object"}]}]})
     with pytest.raises(ProtocolError):
         wire.decode_request({"messages": [{"role": "user", "content": 42}]})
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+_events = st.one_of(st.sampled_from(STREAM), st.builds(
+    lambda kind, index, extra: {"type": kind, "index": index, **extra},
+    st.sampled_from(["content_block_start", "content_block_delta", "content_block_stop", "message_delta",
+                     "message_start", "message_stop", "error", "ping", "mystery"]),
+    st.one_of(st.integers(-1, 3), st.text(max_size=2)),
+    st.dictionaries(st.sampled_from(["delta", "content_block", "message", "usage", "error"]), _json, max_size=3)))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(_events, max_size=20))
+def test_stream_decoder_survives_random_events(events: list[dict]) -> None:
+    decoder = wire.StreamDecoder()
+    for event in events:
+        decoder.feed(event)
+    out = decoder.finish()
+    assert not out or isinstance(out[-1], MessageEnd)

@@ -6,6 +6,8 @@ import json
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parley.protocol import (
     Conversation,
@@ -264,3 +266,32 @@ def test_bad_request_json_gives_typed_errors() -> None:
     with pytest.raises(InvalidArgumentsError):
         wire.decode_request({"messages": [{"role": "assistant", "content": None, "tool_calls": [
             {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]})
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+_deltas = st.fixed_dictionaries({}, optional={
+    "content": st.one_of(st.none(), st.text(max_size=5), st.integers()),
+    "reasoning_content": st.one_of(st.none(), st.text(max_size=5)),
+    "tool_calls": st.lists(st.fixed_dictionaries({}, optional={
+        "index": st.one_of(st.integers(-1, 2), st.text(max_size=1)), "id": st.text(max_size=4),
+        "function": st.fixed_dictionaries({}, optional={"name": st.one_of(st.text(max_size=3), st.integers()),
+                                                        "arguments": st.one_of(st.text(max_size=6), _json)})}),
+        max_size=2),
+})
+_chunks = st.one_of(st.sampled_from(STREAM), _json.map(lambda v: {"choices": v}),
+                    st.builds(lambda d, f: {"choices": [{"index": 0, "delta": d, "finish_reason": f}]}, _deltas,
+                              st.one_of(st.none(), st.sampled_from(["stop", "tool_calls", "length"]))))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(_chunks, max_size=15))
+def test_stream_decoder_survives_random_chunks(chunks: list[dict]) -> None:
+    decoder = wire.StreamDecoder()
+    for chunk in chunks:
+        decoder.feed(chunk)
+    out = decoder.finish()
+    assert isinstance(out[-1], MessageEnd)
