@@ -149,8 +149,8 @@ class AnthropicBackend:
     ) -> tuple[dict[str, Any] | None, dict[str, Any], int]:
         reasoning = request.reasoning
         mode = self.info.get("thinking", "budget")
-        if reasoning is None or (reasoning.effort is None and reasoning.budget_tokens is None):
-            return None, {}, max_tokens or self.max_tokens
+        if reasoning is None or (reasoning.effort is None and not reasoning.budget_tokens):
+            return None, {}, max_tokens or self.max_tokens  # budget 0 means no thinking
         where = f"Anthropic model {self.model!r}"
         if mode == "none":
             raise ReasoningSettingError(f"{where} has no extended thinking: drop Reasoning(...) for this model")

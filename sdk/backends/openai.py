@@ -168,7 +168,7 @@ class OpenAIBackend:
             if flavor == "openai" and self.info.get("known") and not self.info.get("reasoning"):
                 raise ReasoningSettingError(f"{where} rejects Reasoning.effort: it is not a reasoning model")
             out["reasoning_effort"] = reasoning.effort
-        if reasoning.budget_tokens is not None:
+        if reasoning.budget_tokens is not None and (reasoning.budget_tokens > 0 or flavor == "vllm"):
             if flavor != "vllm":
                 raise ReasoningSettingError(
                     f"{where} rejects Reasoning.budget_tokens: only vLLM has a reasoning budget "

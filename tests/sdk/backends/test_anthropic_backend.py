@@ -313,3 +313,7 @@ def test_parallel_tool_use_can_be_disabled() -> None:
     backend = AnthropicBackend(MODEL, api_key="k", parallel_tool_calls=False)
     body, _, _ = backend.build_body(_request(Message.user("x"), tools=[WEATHER]))
     assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+
+
+def test_a_zero_budget_means_no_thinking() -> None:
+    assert "thinking" not in _body(MODEL, reasoning=Reasoning(budget_tokens=0))
