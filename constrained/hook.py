@@ -11,9 +11,10 @@ chosen token. `ConstraintHook` answers from a `Matcher`:
   trigger is fed either way. `force_trigger_after=N` makes the hook emit the first trigger's
   tokens itself after N free tokens, so a model that never stops thinking still ends up
   producing valid output.
-- **Runaway guard.** After `max_whitespace_run` consecutive whitespace-only tokens, whitespace
-  tokens are masked out until something else is produced, so a free-form string (or flexible JSON
-  whitespace) cannot make the engine spin to max_tokens on spaces and newlines.
+- **Runaway guard.** After `max_whitespace_run` consecutive whitespace-only tokens, whitespace-only
+  tokens are masked out for the rest of the output (whenever something else is allowed), so a
+  free-form string (or flexible JSON whitespace) cannot make the engine spin to max_tokens on
+  spaces and newlines: the model must move on, and its next-best choice usually closes the value.
 - **Jump-forward** (`jump_forward=True`): tokens the grammar forces are emitted without sampling.
 
 `fill_bitmasks` fills one step's masks for many requests at once (xgrammar's batch matcher runs
@@ -78,6 +79,7 @@ class ConstraintHook:
         self._free_tokens = 0
         self._pending_forced: list[int] = []
         self._whitespace_run = 0
+        self.guard_tripped = False
         self._constrained_ids: list[int] = []
         self._ws_mask: torch.Tensor | None = None
 
@@ -117,6 +119,8 @@ class ConstraintHook:
             self.violations += 1
         if token_id in self.matcher.tokenizer.whitespace_token_ids:
             self._whitespace_run += 1
+            if self.max_whitespace_run is not None and self._whitespace_run >= self.max_whitespace_run:
+                self.guard_tripped = True
         else:
             self._whitespace_run = 0
 
@@ -144,7 +148,7 @@ class ConstraintHook:
             return
 
     def _guard_tripped(self) -> bool:
-        return self.max_whitespace_run is not None and self._whitespace_run >= self.max_whitespace_run
+        return self.guard_tripped
 
     def _clear_whitespace(self, row: torch.Tensor) -> None:
         import torch
