@@ -112,8 +112,8 @@ def python_tool(
     """
     if not timeout_s > 0:
         raise ToolDefinitionError(f"python_tool: timeout_s must be positive, got {timeout_s!r}")
-    if memory_mb < 16:
-        raise ToolDefinitionError(f"python_tool: memory_mb must be at least 16, got {memory_mb!r}")
+    if memory_mb < 32:
+        raise ToolDefinitionError(f"python_tool: memory_mb must be at least 32 (the sandbox floor), got {memory_mb!r}")
     chosen: list[SandboxLike] = [sandbox] if sandbox is not None else []
     lock = threading.Lock()  # not an asyncio.Lock: the tool may serve several event loops
 
