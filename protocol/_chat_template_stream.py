@@ -129,6 +129,19 @@ class StreamParser:
         self._text_buf = ""
         self._start_new(role, start_in_reasoning, opened=True)
 
+    # -- state, as Harmony's parser exposes it -----------------------------------------------
+    @property
+    def current_role(self) -> Role | None:
+        """The role of the message being parsed (None while reading a header)."""
+        return None if self._header is not None else self._builder.role
+
+    @property
+    def current_channel(self) -> str | None:
+        """``analysis`` inside ``<think>``, ``commentary`` inside ``<tool_call>``, else ``final``."""
+        if self._header is not None or self._builder.role is not Role.ASSISTANT:
+            return None
+        return {"think": Channel.ANALYSIS, "call": Channel.COMMENTARY}.get(self._mode, Channel.FINAL).value
+
     # -- public feeding API -------------------------------------------------------------------
     def feed_text(self, chunk: str) -> list[Event]:
         """Feed decoded text; frame markers in it are structure (text level trusts the markers)."""

@@ -350,3 +350,16 @@ def test_a_native_template_that_raises_gives_a_protocol_error(tokenizer: Any) ->
             ChatTemplateCodec(tokenizer).render([Message.system("x")])
     finally:
         tokenizer.chat_template = original
+
+
+def test_stream_parser_exposes_role_and_channel() -> None:
+    parser = StreamParser()
+    assert (parser.current_role, parser.current_channel) == (Role.ASSISTANT, "final")
+    parser.feed_text("<think>hm")
+    assert parser.current_channel == "analysis"
+    parser.feed_text('</think><tool_call>{"name"')
+    assert parser.current_channel == "commentary"
+    parser.feed_text(': "f", "arguments": {}}</tool_call><|im_end|><|im_start|>us')
+    assert parser.current_role is None
+    parser.feed_text("er\nhi")
+    assert (parser.current_role, parser.current_channel) == (Role.USER, None)
