@@ -211,7 +211,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--deadline-s", type=float, default=2.0)
     parser.add_argument("--overload-s", type=float, default=20.0)
-    parser.add_argument("--overload-tokens", type=int, default=8, help="max_tokens of the overload requests")
+    parser.add_argument("--overload-tokens", type=int, default=4, help="max_tokens of the overload requests")
     args = parser.parse_args()
 
     from parley.server.runner import free_port

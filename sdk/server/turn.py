@@ -156,6 +156,7 @@ class Turn:
         self._finished = False
         self._stream: AsyncIterator[Any] | None = None
         self._first: Any = None
+        self._first_at: float | None = None
         self.prompt_ids = self._render()
         self.max_tokens = self._token_limit(max_tokens_default)
         self.hooks = build_hooks(spec, codec, engine, constrain_auto_tools=constrain_auto_tools)
@@ -215,7 +216,15 @@ class Turn:
 
         remaining = None
         if self.spec.deadline_s is not None:
-            remaining = max(0.0, self.spec.deadline_s - (time.perf_counter() - self.arrival))
+            remaining = self.spec.deadline_s - (time.perf_counter() - self.arrival)
+            if remaining <= 0:
+                self._finished = True
+                raise ApiError(
+                    f"the deadline of {self.spec.deadline_s:g}s passed before the request reached the engine",
+                    kind=ErrorKind.OVERLOADED,
+                    code="deadline_unreachable",
+                    retry_after_s=1.0,
+                )
         self._stream = self.engine.stream(
             self.prompt_ids,
             self.params,
@@ -226,6 +235,7 @@ class Turn:
         )
         try:
             self._first = await self._stream.__anext__()
+            self._first_at = time.perf_counter()
         except StopAsyncIteration:
             self._first = None
         except AdmissionError as exc:
@@ -278,7 +288,8 @@ class Turn:
                 cached = int(getattr(delta, "cached_tokens", 0) or 0)
                 ids = list(delta.token_ids)
                 if ids and ttft is None:
-                    ttft = time.perf_counter() - self.arrival
+                    seen_at = self._first_at if delta is self._first and self._first_at else time.perf_counter()
+                    ttft = seen_at - self.arrival
                 output += len(ids)
                 for event in parser.feed_tokens(ids):
                     for item in self._route(event, stops, text, reasoning, calls):
