@@ -67,7 +67,10 @@ def test_grammar_and_multiple_tool_calls_on_xgrammar(smol_tokenizer: Any) -> Non
     grammar = compile(Grammar('root ::= "a" [0-9]+ ("," [0-9]+)*'), smol_tokenizer)
     assert grammar.backend == "xgrammar" and feed(grammar, smol_tokenizer, "a12,3")
     calls = compile(ToolCalls(TOOLS, allow_multiple=True), smol_tokenizer)
-    two = '<tool_call>{"name":"add","arguments":{"a":1}}</tool_call>\n<tool_call>{"name":"echo","arguments":{}}</tool_call>'
+    two = (
+        '<tool_call>{"name":"add","arguments":{"a":1}}</tool_call>\n'
+        '<tool_call>{"name":"echo","arguments":{}}</tool_call>'
+    )
     assert feed(calls, smol_tokenizer, two)
 
 

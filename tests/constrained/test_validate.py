@@ -94,7 +94,10 @@ TOOLS = [
 
 def test_tool_calls_hermes_and_json() -> None:
     spec = ToolCalls(TOOLS, allow_multiple=True)
-    text = '<tool_call>{"name":"add","arguments":{"a":1}}</tool_call>\n<tool_call>{"name":"echo","arguments":{}}</tool_call>'
+    text = (
+        '<tool_call>{"name":"add","arguments":{"a":1}}</tool_call>\n'
+        '<tool_call>{"name":"echo","arguments":{}}</tool_call>'
+    )
     assert [c["name"] for c in validate(text, spec)] == ["add", "echo"]
     assert validate('{"name":"add","arguments":{"a":2}}', ToolCalls(TOOLS, format="json"))[0]["arguments"] == {"a": 2}
 
