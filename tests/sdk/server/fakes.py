@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from parley.local_engine.errors import AdmissionError
+from parley.local_engine.errors import AdmissionError, RequestAborted
 
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
 BASE = 256
@@ -88,6 +88,8 @@ class FakeEngine:
         self.step_s = step_s
         self.max_model_len = max_model_len
         self.refuse: AdmissionError | None = None
+        self.drop_after: int | None = None
+        """Raise `RequestAborted` (the engine's past-deadline drop) after this many tokens."""
         self.blocks_used = 0
         self.active: dict[str, int] = {}
         self.aborted: list[str] = []
@@ -153,6 +155,8 @@ class FakeEngine:
             while True:
                 if rid in self.aborted:
                     return
+                if self.drop_after is not None and produced >= self.drop_after:
+                    raise RequestAborted(f"request {rid!r} dropped: past its deadline")
                 forced = hooks.forced_token() if hooks is not None else None
                 if forced is not None:
                     token = forced

@@ -441,3 +441,33 @@ def test_non_streaming_request_is_aborted_when_the_client_gives_up() -> None:
         while (engine.blocks_used or not engine.aborted) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert engine.aborted and engine.blocks_used == 0
+
+
+def test_a_deadline_that_passed_before_submission_is_503(fake_server: BackgroundServer) -> None:
+    response = httpx.post(
+        fake_server.base_url + "/v1/chat/completions",
+        json={"model": "test-model", "messages": USER},
+        headers={"x-parley-deadline-s": "0.000001"},
+    )
+    assert response.status_code == 503 and "retry-after" in response.headers
+    assert response.json()["error"]["code"] == "deadline_unreachable"
+
+
+def test_a_request_dropped_past_its_deadline_ends_cleanly() -> None:
+    engine = FakeEngine("w" * 100)
+    engine.drop_after = 5
+    with serve(engine) as server:
+        body = {"model": "test-model", "messages": USER, "deadline_s": 30}
+        response = httpx.post(server.base_url + "/v1/chat/completions", json=body)
+        assert response.status_code == 503 and response.json()["error"]["type"] == "server_overloaded"
+        response = httpx.post(server.base_url + "/v1/chat/completions", json={**body, "stream": True})
+        lines = sse_lines(response)
+        assert lines[-1] == "data: [DONE]"
+        assert "error" in json.loads(lines[-2][6:])  # the stream says why it ended, in the OpenAI error shape
+        response = httpx.post(
+            server.base_url + "/v1/messages",
+            json={"model": "test-model", "max_tokens": 50, "messages": USER, "stream": True},
+        )
+        names = [line[7:] for line in response.text.split("\n") if line.startswith("event: ")]
+        assert names[-1] == "error" and "message_stop" not in names
+        assert engine.blocks_used == 0
