@@ -69,6 +69,12 @@ def serve_main(args: argparse.Namespace) -> int:
     engine = Engine.from_pretrained(args.model, device=args.device, dtype=args.dtype, config=engine_config)
     try:
         config = build_config(args, engine.model_id)
+        if config.tenants.open and args.host not in ("127.0.0.1", "localhost", "::1"):
+            print(
+                f"warning: serving on {args.host} without API keys: anyone who can reach it may use it "
+                "(pass --api-key KEY=TENANT)",
+                file=sys.stderr,
+            )
         app = create_app(engine, config=config)
         print(
             f"parley serve: {config.model_name} on http://{args.host}:{args.port}  (OpenAI /v1/chat/completions, "

@@ -332,8 +332,18 @@ async def chat_completions(request: Request) -> Response:
 
 @endpoint("openai", "models")
 async def list_models(request: Request) -> Response:
+    """The served model, in OpenAI's list shape, or Anthropic's when the client sends `anthropic-version`."""
     state = state_of(request)
     tenant_of(request)
+    if "anthropic-version" in request.headers:
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.created))
+        entry = {
+            "type": "model",
+            "id": state.config.model_name,
+            "display_name": state.config.model_name,
+            "created_at": created,
+        }
+        return JSONResponse({"data": [entry], "has_more": False, "first_id": entry["id"], "last_id": entry["id"]})
     return JSONResponse(
         {
             "object": "list",

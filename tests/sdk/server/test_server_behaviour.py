@@ -353,12 +353,14 @@ def test_api_keys_are_required_when_configured(tenant_server: BackgroundServer) 
 def test_models_health_and_metrics(fake_server: BackgroundServer) -> None:
     client = oa_client(fake_server)
     assert [m.id for m in client.models.list()] == ["test-model"]
+    assert [m.id for m in an_client(fake_server).models.list()] == ["test-model"]  # Anthropic's shape
     client.chat.completions.create(model="test-model", messages=USER)
     health = httpx.get(fake_server.base_url + "/health").json()
     assert health["status"] == "ok"
     text = httpx.get(fake_server.base_url + "/metrics").text
     values = parse_exposition(text)
     assert values['parley_requests_total{endpoint="chat_completions",status="200"}'] == 1
+    assert values['parley_requests_total{endpoint="models",status="200"}'] == 2
     assert values["parley_prefix_cache_queries_total"] > 0
     assert "parley_prefix_cache_hits_total" in values
     assert values["parley_queue_depth"] == 0
