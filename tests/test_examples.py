@@ -1,0 +1,122 @@
+"""Every script in examples/ runs as documented and prints what its docstring promises.
+
+Each example runs as a user would run it: a fresh `python examples/<name>.py` subprocess from the
+repository root, with a timeout, so a broken import, a hang or a changed public name fails here.
+`approval_across_processes.py` has its own three-process test in tests/sdk/test_examples.py; here
+it only has to start and explain itself. A new example without an entry below fails
+`test_every_example_is_exercised`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "examples"
+TIMEOUT_S = 120  # the local-model example loads weights; the others finish in about a second
+
+
+@dataclass(frozen=True)
+class Example:
+    """How to run one example and the lines (substrings) its output must contain."""
+
+    script: str
+    expected: tuple[str, ...]
+    args: tuple[str, ...] = ()
+    needs_sandbox: bool = False
+
+
+CASES = [
+    Example(
+        "approval_across_processes.py",
+        args=("--help",),
+        expected=("{start,decide,resume}", "Pause for approval in one process"),
+    ),
+    Example(
+        "structured_output_scripted.py",
+        expected=(
+            "repair prompt: Your answer did not match the required JSON schema: temperature_c: ",
+            "conditions: Field required",
+            "output type: Forecast",
+            "forecast: Oslo 4.5 C, light rain",
+            "model requests: 2",
+        ),
+    ),
+    Example(
+        "sandboxed_python_tool.py",
+        needs_sandbox=True,
+        expected=(
+            "status: exit code 0",
+            "result: 2432902008176640000",  # 20!, computed inside the sandbox
+            "host file: blocked",  # the script's own file is invisible from inside
+            "model requests: 2",
+        ),
+    ),
+    Example(
+        "hosted_backend_against_local_fake.py",
+        expected=(
+            "request 1: model=gpt-4o-mini roles=system,user tools=get_weather",
+            "request 2: model=gpt-4o-mini roles=system,user,assistant,tool tools=get_weather",
+            "answer: It is 4 C and raining in Oslo.",
+            # OpenAI's prompt_tokens (1310 + 1342) include the 1280 cached ones: never counted twice.
+            "requests=2 input_tokens=1372 cache_read_tokens=1280 cache_write_tokens=0 output_tokens=30",
+            "prompt_tokens=2652 (provider reported 2652)",
+            # gpt-4o-mini: 1372 x $0.15/M + 1280 x $0.075/M (cached rate) + 30 x $0.60/M
+            "cost_usd=0.0003198",
+        ),
+    ),
+    Example(
+        "local_structured_answer.py",
+        # The facts are the 135M model's business; the shape is guaranteed by the token mask.
+        expected=("output type: Capital", 'answer: {"country":"', '","capital":"', "model requests: 1", "cost: 0"),
+    ),
+]
+SLOW = {"local_structured_answer.py"}  # loads the embedded SmolLM2 weights
+
+
+def run_example(example: Example) -> str:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / example.script), *example.args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, f"{example.script} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def require_sandbox() -> None:
+    from parley.sandbox import Sandbox, SandboxUnavailable
+
+    try:
+        Sandbox.detect()
+    except SandboxUnavailable as exc:
+        pytest.skip(f"no OS sandbox on this machine (neither bubblewrap nor Landlock+seccomp works): {exc}")
+
+
+def test_every_example_is_exercised() -> None:
+    scripts = sorted(path.name for path in EXAMPLES.glob("*.py"))
+    assert scripts, f"no examples found in {EXAMPLES}"
+    assert sorted(case.script for case in CASES) == scripts
+
+
+@pytest.mark.parametrize(
+    "example",
+    [
+        pytest.param(case, id=case.script.removesuffix(".py"), marks=[pytest.mark.model] if case.script in SLOW else [])
+        for case in CASES
+    ],
+)
+def test_example_prints_what_it_promises(example: Example) -> None:
+    if example.needs_sandbox:
+        require_sandbox()
+    out = run_example(example)
+    missing = [line for line in example.expected if line not in out]
+    assert not missing, f"{example.script} output lacks {missing}:\n{out}"
