@@ -209,20 +209,7 @@ def _compile_uncached(
     for name in _candidates(requested, spec, uses):
         backend = _backend(name, tok)
         missing = backend.unenforced(uses)
-        work: Callable[[], CompiledGrammar]
-        if isinstance(spec, JsonSchema):
-            stripped = strip_keywords(schema, _strip_set(name, missing))
-            work = lambda b=backend, s=stripped: b.json_schema(s, _json_options(spec))  # noqa: E731
-        elif isinstance(spec, ToolCalls):
-            work = lambda b=backend: b.tool_calls(spec, _json_options(spec))  # noqa: E731
-        elif isinstance(spec, Regex):
-            work = lambda b=backend: b.regex(spec.pattern)  # noqa: E731
-        elif isinstance(spec, Grammar):
-            work = lambda b=backend: b.grammar(spec.ebnf, spec.root)  # noqa: E731
-        elif isinstance(spec, Choice):
-            work = lambda b=backend: b.choice(spec.options)  # noqa: E731
-        else:
-            raise InvalidSpecError(f"not a constrained-decoding spec: {type(spec).__name__}")
+        work = _builder(backend, spec, schema, _strip_set(name, missing))
         try:
             compiled = _with_deadline(work, timeout_s, f"a {spec.kind} spec with {name}")
         except (UnsupportedSpecError, CompileLimitError) as exc:
@@ -242,6 +229,25 @@ def _compile_uncached(
     if all(isinstance(e, CompileLimitError) for e in errors):
         raise CompileLimitError(f"no backend compiled the spec in time: {detail}")
     raise UnsupportedSpecError(f"no backend can compile the spec: {detail}")
+
+
+def _builder(
+    backend: GrammarBackend, spec: Spec, schema: Any, strip: set[tuple[str, str]]
+) -> Callable[[], CompiledGrammar]:
+    """The compile call for `spec` on `backend`, to run under the deadline."""
+
+    def build() -> CompiledGrammar:
+        if isinstance(spec, JsonSchema):
+            return backend.json_schema(strip_keywords(schema, strip), _json_options(spec))
+        if isinstance(spec, ToolCalls):
+            return backend.tool_calls(spec, _json_options(spec))
+        if isinstance(spec, Regex):
+            return backend.regex(spec.pattern)
+        if isinstance(spec, Grammar):
+            return backend.grammar(spec.ebnf, spec.root)
+        return backend.choice(spec.options)
+
+    return build
 
 
 def _strip_set(name: str, missing: list[KeywordUse]) -> set[tuple[str, str]]:

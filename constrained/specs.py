@@ -225,7 +225,7 @@ class ToolCalls:
         return None
 
     def canonical(self) -> str:
-        options = [self.allow_multiple, self.max_calls, self.format, self.whitespace, self.max_whitespace]
+        options: list[Any] = [self.allow_multiple, self.max_calls, self.format, self.whitespace, self.max_whitespace]
         options += [self.strict, self.max_tokens]
         return f"tool_calls:{_compact(options)}:{_compact(self.call_schema())}"
 

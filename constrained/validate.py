@@ -87,7 +87,8 @@ def parse_tool_calls(output: str, spec: ToolCalls) -> list[Any]:
     if spec.format == "json":
         value = _parse_json(output)
         return value if isinstance(value, list) and spec.allow_multiple else [value]
-    calls, cursor = [], 0
+    calls: list[Any] = []
+    cursor = 0
     for match in _HERMES_CALL.finditer(output):
         if output[cursor : match.start()].strip():
             raise ValidationFailed("text outside <tool_call> tags", path=f"$[{len(calls)}]", keyword="format")
