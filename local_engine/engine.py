@@ -100,8 +100,9 @@ class Engine:
         self.eos_token_ids = eos_token_ids
         self.device = model.device
         self.dtype = model.dtype
-        if self.device.type == "cpu":
-            torch.set_num_threads(cfg.num_threads or len(os.sched_getaffinity(0)))
+        self._num_threads = cfg.num_threads or len(os.sched_getaffinity(0))
+        if self.device.type == "cpu" and hasattr(model, "gemm_threads"):
+            model.gemm_threads = self._num_threads
         num_blocks = cfg.num_kv_blocks
         if num_blocks is None:
             num_blocks = max(cfg.kv_cache_bytes // (model.kv_bytes_per_token() * cfg.block_size), 4)
@@ -443,6 +444,10 @@ class Engine:
                     self._finish(target, "abort")
 
     def _loop(self) -> None:
+        if self.device.type == "cpu":
+            # OpenMP thread counts are per thread: the engine thread sets its own. Bookkeeping and sampling
+            # run on one thread (tiny ops); the model raises it to `num_threads` for its weight GEMMs.
+            torch.set_num_threads(1)
         while True:
             if not self._drain_commands(block=not self.scheduler.has_work()):
                 break
@@ -500,16 +505,24 @@ class Engine:
             self._live_ids.discard(seq.request_id)
 
     def _accept(self, seq: Sequence, token: int, lp: TokenLogprob | None, now: float) -> None:
+        terminated = False
+        if seq.error is None and seq.hook is not None:
+            try:
+                seq.hook.accept_token(token)
+                terminated = bool(seq.hook.is_terminated())
+            except Exception as exc:  # noqa: BLE001 - a broken hook fails its request, not the batch
+                seq.error = f"token hook failed: {type(exc).__name__}: {exc}"
+        if seq.error is not None:
+            self._finish(seq, "abort", error=EngineError(f"request {seq.request_id!r} failed: {seq.error}"))
+            return
         if seq.first_token_time is None:
             seq.first_token_time = now
         reason = self.scheduler.append_token(seq, token, self.eos_token_ids)
         self._tokens_generated += 1
         if lp is not None:
             seq.logprobs.append(lp)
-        if seq.hook is not None:
-            seq.hook.accept_token(token)
-            if reason is None and seq.hook.is_terminated():
-                reason = "stop"
+        if reason is None and terminated:
+            reason = "stop"
         if reason is None and seq.params.stop and self._hits_stop_string(seq):
             reason = "stop"
         if reason is not None:

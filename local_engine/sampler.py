@@ -57,7 +57,11 @@ class Sampler:
                     logits[i, sorted(banned)] = float("-inf")
 
     def _apply_hooks(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> dict[int, int]:
-        """Ask hooks for forced tokens and masks; mask `logits` in place. Returns row -> forced token."""
+        """Ask hooks for forced tokens and masks; mask `logits` in place. Returns row -> forced token.
+
+        A hook that raises, forces an out-of-range token or allows no token at all fails only its own
+        request: the row gets `seq.error` set and token -1, and the engine ends that request with an error.
+        """
         forced: dict[int, int] = {}
         mask_rows: list[int] = []
         rows_with_hooks = [i for i, s in enumerate(seqs) if s.hook is not None]
@@ -66,18 +70,26 @@ class Sampler:
         bitmask = torch.full((len(rows_with_hooks), self.mask_words), -1, dtype=torch.int32)
         used: list[int] = []
         for j, i in enumerate(rows_with_hooks):
-            hook = seqs[i].hook
-            token = hook.forced_token()
-            if token is not None:
-                forced[i] = int(token)
-                continue
-            if hook.fill_bitmask(bitmask[j]):
-                mask_rows.append(i)
-                used.append(j)
+            seq = seqs[i]
+            try:
+                token = seq.hook.forced_token()
+                if token is not None:
+                    if not 0 <= int(token) < logits.shape[-1]:
+                        raise ValueError(f"forced token {token} is out of range")
+                    forced[i] = int(token)
+                    continue
+                if seq.hook.fill_bitmask(bitmask[j]):
+                    mask_rows.append(i)
+                    used.append(j)
+            except Exception as exc:  # noqa: BLE001 - a broken hook fails its request, not the batch
+                seq.error = f"token hook failed: {type(exc).__name__}: {exc}"
         if mask_rows:
             allowed = unpack_bitmask(bitmask[used].to(logits.device), logits.shape[-1])
             idx = torch.tensor(mask_rows, device=logits.device)
             logits[idx] = logits[idx].masked_fill(~allowed, float("-inf"))
+            for i, ok in zip(mask_rows, allowed.any(dim=-1).tolist(), strict=True):
+                if not ok:
+                    seqs[i].error = "token hook allowed no token at all"
         return forced
 
     def _sample_row(self, row: torch.Tensor, seq: Sequence) -> int:
@@ -104,13 +116,16 @@ class Sampler:
         forced = self._apply_hooks(logits, seqs)
         n = len(seqs)
         need_logprobs = any(s.params.logprobs is not None for s in seqs)
-        if not forced and all(s.params.greedy for s in seqs):
+        failed = any(s.error is not None for s in seqs)
+        if not forced and not failed and all(s.params.greedy for s in seqs):
             tokens = logits.argmax(dim=-1).tolist()
         else:
             greedy_tokens = logits.argmax(dim=-1).tolist()
             tokens = []
             for i, seq in enumerate(seqs):
-                if i in forced:
+                if seq.error is not None:
+                    tokens.append(-1)
+                elif i in forced:
                     tokens.append(forced[i])
                 elif seq.params.greedy:
                     tokens.append(greedy_tokens[i])
@@ -121,7 +136,7 @@ class Sampler:
             logp = torch.log_softmax(logits, dim=-1)
             for i, seq in enumerate(seqs):
                 k = seq.params.logprobs
-                if k is None:
+                if k is None or tokens[i] < 0:
                     continue
                 top: dict[int, float] = {}
                 if k > 0:

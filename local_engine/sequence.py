@@ -54,6 +54,7 @@ class Sequence:
         self.generator: Any = None  # the sampler's per-request random stream
         self.logprobs: list[Any] = []
         self.num_emitted = 0  # output tokens already handed to the consumer
+        self.error: str | None = None  # set when this request must fail (e.g. its hook raised)
         self.counted_waiting = False  # engine bookkeeping: counts toward the bounded admission queue
 
     @property

@@ -114,6 +114,7 @@ class LlamaModel:
         self.q_size = arch.num_heads * arch.head_dim
         self.kv_size = arch.num_kv_heads * arch.head_dim
         self.scale = 1.0 / math.sqrt(arch.head_dim)
+        self.gemm_threads: int | None = None  # CPU threads for weight GEMMs (None: the caller's setting)
         # cos/sin table in the model dtype, as HF applies RoPE ([pos, head_dim], halves duplicated).
         inv = _rope_inv_freq(arch)
         t = torch.arange(arch.max_position_embeddings, dtype=torch.float32)
@@ -187,73 +188,109 @@ class LlamaModel:
         v_cache: torch.Tensor,
         batch: AttentionBatch,
     ) -> torch.Tensor:
-        """Hidden states [T, hidden] for the T new tokens; writes their K/V into the cache."""
+        """Hidden states [T, hidden] for the T new tokens; writes their K/V into the cache.
+
+        On CPU, small steps (decode) run everything but the weight matmuls on one thread: interleaving
+        MKL's threaded GEMMs with PyTorch's own OpenMP regions for tiny ops (bmm, softmax, norms) costs
+        more in hand-offs than the ops themselves, badly so on a loaded machine. The GEMMs keep every thread.
+        """
         a = self.arch
         T = input_ids.shape[0]
         H, KVH, D = a.num_heads, a.num_kv_heads, a.head_dim
-        G = H // KVH
         half = D // 2
         qs, kvs = self.q_size, self.kv_size
+        entry_threads = torch.get_num_threads()
+        threads = self.gemm_threads or entry_threads
+        toggle = self.device.type == "cpu" and threads > 1 and T <= 64
+        set_threads = torch.set_num_threads
+        if self.device.type == "cpu":
+            set_threads(1 if toggle else threads)
         cos = self.cos_table.index_select(0, positions).unsqueeze(1)  # [T, 1, D]
         sin = self.sin_table.index_select(0, positions).unsqueeze(1)
-        slots = batch.slot_mapping
-        nd = batch.num_decode
-        scale = self.scale
-
         residual = self.embed.index_select(0, input_ids)
+        h = self._rms_norm(residual, self.layers[0]["ln1"])
+        n_layers = len(self.layers)
         for li, w in enumerate(self.layers):
-            h = self._rms_norm(residual, w["ln1"])
+            if toggle:
+                set_threads(threads)
             qkv = F.linear(h, w["qkv"])
+            if toggle:
+                set_threads(1)
             # RoPE on q and k together: x*cos + rotate_half(x)*sin.
             qk = qkv[:, : qs + kvs].view(T, H + KVH, D)
             rot = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
             qk = qk * cos + rot * sin
-            q = qk[:, :H]
-            k = qk[:, H:]
             v = qkv[:, qs + kvs :].view(T, KVH, D)
-            kc, vc = k_cache[li], v_cache[li]  # [KVH, slots, D]
-            kc.index_copy_(1, slots, k.transpose(0, 1))
-            vc.index_copy_(1, slots, v.transpose(0, 1))
-
-            outs = []
-            if nd:
-                # Batched decode as one grouped matmul over (kv head, sequence): the G query heads of a KV head
-                # share its gathered keys/values, read once; KV heads are never repeated.
-                gather = batch.decode_gather
-                assert gather is not None
-                B, L = gather.shape
-                kg = kc.index_select(1, gather.view(-1)).view(KVH * B, L, D)
-                vg = vc.index_select(1, gather.view(-1)).view(KVH * B, L, D)
-                qd = q[:nd].reshape(B, KVH, G, D)
-                qd = qd.view(KVH * B, G, D) if B == 1 else qd.transpose(0, 1).reshape(KVH * B, G, D)
-                scores = torch.bmm(qd, kg.transpose(1, 2))
-                if batch.decode_mask is not None:
-                    scores = scores.view(KVH, B, G, L).add_(batch.decode_mask).view(KVH * B, G, L)
-                probs = torch.softmax(scores.mul_(scale), dim=-1, dtype=torch.float32).to(vg.dtype)
-                od = torch.bmm(probs, vg)  # [KVH*B, G, D]
-                od = od.view(B, H * D) if B == 1 else od.view(KVH, B, G, D).transpose(0, 1).reshape(B, H * D)
-                outs.append(od)
-            for span in batch.prefills:
-                n = span.end - span.start
-                ctx = span.gather.shape[0]
-                kg = kc.index_select(1, span.gather)  # [KVH, ctx, D]
-                vg = vc.index_select(1, span.gather)
-                qp = q[span.start : span.end].reshape(n, KVH, G, D).permute(1, 2, 0, 3).reshape(KVH, G * n, D)
-                scores = torch.bmm(qp, kg.transpose(1, 2)).view(KVH, G, n, ctx).mul_(scale)
-                if span.mask is not None:
-                    scores = scores.add_(span.mask)
-                probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vg.dtype)
-                o = torch.bmm(probs.view(KVH, G * n, ctx), vg).view(KVH, G, n, D)
-                outs.append(o.permute(2, 0, 1, 3).reshape(n, H * D))
-            attn = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
-
-            residual = residual + F.linear(attn, w["o"])
+            attn = self._attention(qk[:, :H], qk[:, H:], v, k_cache[li], v_cache[li], batch)
+            if toggle:
+                set_threads(threads)
+            o = F.linear(attn, w["o"])
+            if toggle:
+                set_threads(1)
+            residual = residual + o
             h = self._rms_norm(residual, w["ln2"])
+            if toggle:
+                set_threads(threads)
             gu = F.linear(h, w["gate_up"])
+            if toggle:
+                set_threads(1)
             inter = gu.shape[-1] // 2
             act = F.silu(gu[:, :inter]) * gu[:, inter:]
-            residual = residual + F.linear(act, w["down"])
+            if toggle:
+                set_threads(threads)
+            down = F.linear(act, w["down"])
+            if toggle:
+                set_threads(1)
+            residual = residual + down
+            if li + 1 < n_layers:
+                h = self._rms_norm(residual, self.layers[li + 1]["ln1"])
+        if self.device.type == "cpu":
+            set_threads(entry_threads)
         return residual
+
+    def _attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor,
+        batch: AttentionBatch,
+    ) -> torch.Tensor:
+        """Store this step's k/v in the layer's cache ([KVH, slots, D]) and attend; returns [T, H*D]."""
+        a = self.arch
+        H, KVH, D = a.num_heads, a.num_kv_heads, a.head_dim
+        G = H // KVH
+        scale = self.scale
+        nd = batch.num_decode
+        kc.index_copy_(1, batch.slot_mapping, k.transpose(0, 1))
+        vc.index_copy_(1, batch.slot_mapping, v.transpose(0, 1))
+        outs = []
+        if nd:
+            # Batched decode as one grouped matmul over (kv head, sequence): the G query heads of a KV head
+            # share its gathered keys/values, read once; KV heads are never repeated.
+            gather = batch.decode_gather
+            assert gather is not None
+            B, L = gather.shape
+            kg = kc.index_select(1, gather.view(-1)).view(KVH * B, L, D)
+            vg = vc.index_select(1, gather.view(-1)).view(KVH * B, L, D)
+            qd = q[:nd].reshape(B, KVH, G, D)
+            qd = qd.view(KVH * B, G, D) if B == 1 else qd.transpose(0, 1).reshape(KVH * B, G, D)
+            scores = torch.bmm(qd, kg.transpose(1, 2))
+            if batch.decode_mask is not None:
+                scores = scores.view(KVH, B, G, L).add_(batch.decode_mask).view(KVH * B, G, L)
+            probs = torch.softmax(scores.mul_(scale), dim=-1, dtype=torch.float32).to(vg.dtype)
+            od = torch.bmm(probs, vg)  # [KVH*B, G, D]
+            od = od.view(B, H * D) if B == 1 else od.view(KVH, B, G, D).transpose(0, 1).reshape(B, H * D)
+            outs.append(od)
+        for span in batch.prefills:
+            n = span.end - span.start
+            ctx = span.gather.shape[0]
+            kg = kc.index_select(1, span.gather)  # [KVH, ctx, D]
+            vg = vc.index_select(1, span.gather)
+            qp = q[span.start : span.end].reshape(n, KVH, G, D).permute(1, 2, 0, 3).reshape(KVH, G * n, D)
+            scores = torch.bmm(qp, kg.transpose(1, 2)).view(KVH, G, n, ctx).mul_(scale)
+            if span.mask is not None:
+                scores = scores.add_(span.mask)
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vg.dtype)
+            o = torch.bmm(probs.view(KVH, G * n, ctx), vg).view(KVH, G, n, D)
+            outs.append(o.permute(2, 0, 1, 3).reshape(n, H * D))
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits for the given rows of final hidden states (masks and sampling work in fp32)."""

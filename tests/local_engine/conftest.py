@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,9 +71,13 @@ def tiny_engine(tiny_hf: Any) -> Iterator[Engine]:
     engine.close()
 
 
+# benchmarks/gpu_check.sh runs the model tests on CUDA by setting this; CPU otherwise.
+DEVICE = os.environ.get("PARLEY_TEST_DEVICE", "cpu")
+
+
 @pytest.fixture(scope="session")
 def smol_engine() -> Iterator[Engine]:
-    engine = Engine.from_pretrained(None, device="cpu", dtype="float32")
+    engine = Engine.from_pretrained(None, device=DEVICE, dtype="float32")
     yield engine
     engine.close()
 
@@ -85,4 +90,4 @@ def smol_hf(smol_engine: Engine) -> Any:
     files = loader.resolve(None)
     return transformers.AutoModelForCausalLM.from_pretrained(
         str(files.folder), dtype=torch.float32, local_files_only=True
-    ).eval()
+    ).to(DEVICE).eval()

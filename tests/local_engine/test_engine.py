@@ -268,6 +268,35 @@ def test_hooks_force_mask_and_terminate(tiny_engine: Any) -> None:
     assert hook.accepted == out.token_ids
 
 
+class BrokenHook(ScriptHook):
+    def __init__(self, mode: str) -> None:
+        super().__init__([])
+        self.mode = mode
+
+    def fill_bitmask(self, row: Any) -> bool:
+        if self.mode == "raise" and len(self.accepted) == 2:
+            raise RuntimeError("grammar exploded")
+        if self.mode == "empty":
+            row.fill_(0)
+            return True
+        return super().fill_bitmask(row)
+
+
+@pytest.mark.parametrize("mode", ["raise", "empty"])
+async def test_a_broken_hook_fails_only_its_own_request(tiny_engine: Any, mode: str) -> None:
+    async def healthy() -> list[int]:
+        return [t async for d in tiny_engine.stream(prompts_of([9])[0], GREEDY) for t in d.token_ids]
+
+    async def broken() -> None:
+        async for _ in tiny_engine.stream(prompts_of([7])[0], GREEDY, hooks=BrokenHook(mode)):
+            pass
+
+    results = await asyncio.gather(healthy(), broken(), return_exceptions=True)
+    assert results[0] == tiny_engine.generate([prompts_of([9])[0]], GREEDY)[0].token_ids
+    assert isinstance(results[1], EngineError) and "hook" in str(results[1])
+    assert (await _settled(tiny_engine))["blocks_used"] == 0
+
+
 def test_bf16_runs_and_agrees_with_hf_bf16(tiny_hf: Any) -> None:
     import copy
 

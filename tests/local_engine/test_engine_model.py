@@ -39,8 +39,8 @@ def chat_ids(engine: Engine, text: str) -> list[int]:
 def hf_batch_greedy(hf: Any, prompts: list[list[int]], n: int, pad_id: int) -> list[list[int]]:
     """HF generate() on a left-padded batch (the attention mask makes padding invisible)."""
     width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=hf.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=hf.device)
     with torch.inference_mode():
         out = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
                           pad_token_id=pad_id)
@@ -50,7 +50,7 @@ def hf_batch_greedy(hf: Any, prompts: list[list[int]], n: int, pad_id: int) -> l
 def hf_logit_gap(hf: Any, prefix: list[int], ours: int) -> tuple[int, float]:
     """HF's preferred next token after `prefix` and how far (in logits) our choice trails it."""
     with torch.inference_mode():
-        logits = hf(torch.tensor([prefix])).logits[0, -1].float()
+        logits = hf(torch.tensor([prefix], device=hf.device)).logits[0, -1].float()
     best = int(logits.argmax())
     return best, float(logits[best] - logits[ours])
 
@@ -80,7 +80,7 @@ def test_prefill_logprobs_match_hf(smol_engine: Engine, smol_hf: Any) -> None:
     prompt = chat_ids(smol_engine, QUESTIONS[9])
     out = smol_engine.generate([prompt], SamplingParams(max_tokens=1, logprobs=20))[0]
     with torch.inference_mode():
-        ref = torch.log_softmax(smol_hf(torch.tensor([prompt])).logits[0, -1].float(), -1)
+        ref = torch.log_softmax(smol_hf(torch.tensor([prompt], device=smol_hf.device)).logits[0, -1].float(), -1).cpu()
     top = out.logprobs[0].top
     assert list(top) == ref.topk(20).indices.tolist()
     worst = max(abs(v - ref[t].item()) for t, v in top.items())
@@ -115,7 +115,7 @@ def test_shared_512_token_prefix_is_served_from_cache_per_tenant(smol_engine: En
 
 def test_cached_load_is_fast_and_tokenizer_is_complete(smol_engine: Engine) -> None:
     t0 = time.perf_counter()
-    again = Engine.from_pretrained(None, device="cpu", dtype="bfloat16")
+    again = Engine.from_pretrained(None, device=smol_engine.device, dtype="bfloat16")
     try:
         assert time.perf_counter() - t0 < 20  # generous for a loaded 2-core CI machine; ~1-2 s when idle
         assert again.model_id != smol_engine.model_id  # dtype is part of the identity
