@@ -2,35 +2,69 @@
 
 Every error parley raises on purpose derives from `ParleyError`; each layer roots its own subtree
 in its `errors` module (so the low layers import nothing of the SDK) and this module re-exports
-them all::
+them all (the hosted-backend and server errors lazily, so `import parley` stays light).
+`tests/test_error_tree.py` fails when a `ParleyError` subclass is missing from this drawing::
 
     ParleyError                         parley._root
-    ├── ConfigurationError              parley.errors (a setting the user passed is invalid)
-    ├── AgentError                      parley.errors (the run loop could not finish as asked)
-    │   ├── MaxTurnsExceeded            (carries the resumable state)
-    │   ├── UsageLimitExceeded          (requests, tokens, tool calls or cost over a UsageLimits cap)
-    │   └── OutputValidationError       (structured output still invalid after the repair tries)
-    ├── RunStateError                   parley.errors (a RunState cannot be loaded or resolved)
-    │   ├── RunStateVersionError        (unknown or newer schema_version)
-    │   ├── UnknownCallError            (approve/reject/provide_result on a call that is not pending)
-    │   └── ApprovalArgumentsError      (edited arguments fail the tool's schema)
-    ├── ScriptError                     parley.errors (a ScriptedBackend/FunctionBackend test double)
-    │   ├── ScriptExhaustedError        (the model was called more times than scripted)
-    │   └── ScriptMismatchError         (a request did not match the turn's expectation)
+    ├── ConfigurationError              parley.errors: a setting the user passed is invalid
+    │   └── ReasoningSettingError       parley.backends.errors: the chosen model rejects a reasoning setting
+    ├── AgentError                      parley.errors: the run loop could not finish as asked
+    │   ├── MaxTurnsExceeded            carries the resumable state
+    │   ├── UsageLimitExceeded          requests, tokens, tool calls or cost over a UsageLimits cap
+    │   └── OutputValidationError       structured output still invalid after the repair tries
+    ├── RunStateError                   parley.errors: a RunState cannot be loaded or resolved
+    │   ├── RunStateVersionError        unknown or newer schema_version
+    │   ├── UnknownCallError            approve/reject/provide_result on a call that is not pending
+    │   └── ApprovalArgumentsError      edited arguments fail the tool's schema
+    ├── ScriptError                     parley.errors: a ScriptedBackend/FunctionBackend test double
+    │   ├── ScriptExhaustedError        the model was called more times than scripted
+    │   └── ScriptMismatchError         a request did not match the turn's expectation
+    ├── ModelAPIError                   parley.backends.errors (status_code, request_id, retryable)
+    │   ├── BadRequestError             400/404/413/422, never retried
+    │   ├── AuthenticationError         401/403
+    │   ├── RateLimitError              429, honours retry-after
+    │   ├── OverloadedError             529/503
+    │   ├── ServerError                 other 5xx
+    │   ├── APIConnectionError          no HTTP answer
+    │   └── StreamError                 the stream broke after it started
+    │       ├── StreamInterruptedError
+    │       └── MalformedStreamError
+    ├── ServeError                      parley.server.errors
+    │   └── ApiError                    an HTTP error in the endpoint's documented shape
     ├── ProtocolError                   parley.protocol.errors
     │   ├── UnknownRoleError
     │   ├── OrphanToolResultError
     │   ├── InvalidArgumentsError
     │   ├── ParseError
-    │   └── DecodeError
+    │   ├── DecodeError
+    │   ├── EncodeError                 special-token text where special tokens are disallowed
+    │   └── VocabularyUnavailableError  a local vocabulary file is missing (never downloaded)
     ├── ConstrainedError                parley.constrained.errors
-    ├── SandboxError                    parley.sandbox.errors
+    │   ├── InvalidSpecError
+    │   │   ├── InvalidSchemaError
+    │   │   │   ├── UnresolvableRefError
+    │   │   │   └── UnsupportedDraftError
+    │   │   ├── InvalidRegexError
+    │   │   └── GrammarSyntaxError
+    │   ├── UnsupportedSpecError
+    │   ├── CompileLimitError
+    │   ├── BackendUnavailableError
+    │   └── ValidationFailed            names the path and keyword
+    ├── SandboxError                    parley.sandbox.errors (code, retryable)
+    │   ├── SandboxUnavailable          "unavailable"
+    │   ├── SandboxRequestError         "invalid_request"
+    │   ├── SandboxLaunchError          "launch_failed", retryable
+    │   └── ResultChannelError          "bad_result"
+    │       └── ArtifactError           "artifact_refused"
     ├── ToolError                       parley.tools.errors
+    │   ├── ToolDefinitionError
+    │   ├── ToolArgumentError           (code says why)
+    │   └── RetryableToolError
     └── EngineError                     parley.local_engine.errors
         ├── ModelNotFoundError
         ├── ModelLoadError
         ├── InvalidRequestError
-        ├── AdmissionError
+        ├── AdmissionError              (retry_after_s)
         └── RequestAborted
 
 Control-flow signals (a tool asking for approval, a deferred call) are not errors and do not
@@ -39,10 +73,23 @@ derive from `ParleyError`.
 
 from __future__ import annotations
 
+import importlib as _importlib
 import typing
 
 from parley._root import ParleyError
-from parley.constrained.errors import ConstrainedError
+from parley.constrained.errors import (
+    BackendUnavailableError,
+    CompileLimitError,
+    ConstrainedError,
+    GrammarSyntaxError,
+    InvalidRegexError,
+    InvalidSchemaError,
+    InvalidSpecError,
+    UnresolvableRefError,
+    UnsupportedDraftError,
+    UnsupportedSpecError,
+    ValidationFailed,
+)
 from parley.local_engine.errors import (
     AdmissionError,
     EngineError,
@@ -53,14 +100,39 @@ from parley.local_engine.errors import (
 )
 from parley.protocol.errors import (
     DecodeError,
+    EncodeError,
     InvalidArgumentsError,
     OrphanToolResultError,
     ParseError,
     ProtocolError,
     UnknownRoleError,
+    VocabularyUnavailableError,
 )
-from parley.sandbox.errors import SandboxError
-from parley.tools.errors import ToolError
+from parley.sandbox.errors import (
+    ArtifactError,
+    ResultChannelError,
+    SandboxError,
+    SandboxLaunchError,
+    SandboxRequestError,
+    SandboxUnavailable,
+)
+from parley.tools.errors import RetryableToolError, ToolArgumentError, ToolDefinitionError, ToolError
+
+if typing.TYPE_CHECKING:
+    from parley.backends.errors import (
+        APIConnectionError,
+        AuthenticationError,
+        BadRequestError,
+        MalformedStreamError,
+        ModelAPIError,
+        OverloadedError,
+        RateLimitError,
+        ReasoningSettingError,
+        ServerError,
+        StreamError,
+        StreamInterruptedError,
+    )
+    from parley.server.errors import ApiError, ServeError
 
 
 class ConfigurationError(ParleyError):
@@ -127,33 +199,92 @@ class ScriptMismatchError(ScriptError):
     """A request did not match what the scripted turn expected."""
 
 
+
+# Defined in modules that import this one (or pull in heavy dependencies): resolved on first use.
+_LAZY = {
+    "APIConnectionError": "parley.backends.errors",
+    "ApiError": "parley.server.errors",
+    "AuthenticationError": "parley.backends.errors",
+    "BadRequestError": "parley.backends.errors",
+    "MalformedStreamError": "parley.backends.errors",
+    "ModelAPIError": "parley.backends.errors",
+    "OverloadedError": "parley.backends.errors",
+    "RateLimitError": "parley.backends.errors",
+    "ReasoningSettingError": "parley.backends.errors",
+    "ServeError": "parley.server.errors",
+    "ServerError": "parley.backends.errors",
+    "StreamError": "parley.backends.errors",
+    "StreamInterruptedError": "parley.backends.errors",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'parley.errors' has no attribute {name!r}")
+    return getattr(_importlib.import_module(module), name)
+
+
 __all__ = [
+    "APIConnectionError",
     "AdmissionError",
     "AgentError",
+    "ApiError",
     "ApprovalArgumentsError",
+    "ArtifactError",
+    "AuthenticationError",
+    "BackendUnavailableError",
+    "BadRequestError",
+    "CompileLimitError",
     "ConfigurationError",
     "ConstrainedError",
     "DecodeError",
+    "EncodeError",
     "EngineError",
+    "GrammarSyntaxError",
     "InvalidArgumentsError",
+    "InvalidRegexError",
     "InvalidRequestError",
+    "InvalidSchemaError",
+    "InvalidSpecError",
+    "MalformedStreamError",
     "MaxTurnsExceeded",
+    "ModelAPIError",
     "ModelLoadError",
     "ModelNotFoundError",
     "OrphanToolResultError",
     "OutputValidationError",
+    "OverloadedError",
     "ParleyError",
     "ParseError",
     "ProtocolError",
+    "RateLimitError",
+    "ReasoningSettingError",
     "RequestAborted",
+    "ResultChannelError",
+    "RetryableToolError",
     "RunStateError",
     "RunStateVersionError",
     "SandboxError",
+    "SandboxLaunchError",
+    "SandboxRequestError",
+    "SandboxUnavailable",
     "ScriptError",
     "ScriptExhaustedError",
     "ScriptMismatchError",
+    "ServeError",
+    "ServerError",
+    "StreamError",
+    "StreamInterruptedError",
+    "ToolArgumentError",
+    "ToolDefinitionError",
     "ToolError",
     "UnknownCallError",
     "UnknownRoleError",
+    "UnresolvableRefError",
+    "UnsupportedDraftError",
+    "UnsupportedSpecError",
     "UsageLimitExceeded",
+    "ValidationFailed",
+    "VocabularyUnavailableError",
 ]

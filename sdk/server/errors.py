@@ -64,11 +64,11 @@ _ANTHROPIC_TYPE = {
 }
 
 
-class ServerError(ParleyError):
+class ServeError(ParleyError):
     """Base class of `parley.server` errors."""
 
 
-class ApiError(ServerError):
+class ApiError(ServeError):
     """A failure to report to an HTTP client: status, kind, message and the offending field."""
 
     def __init__(
