@@ -114,11 +114,11 @@ def _backend(name: str, tok: TokenizerInfo) -> GrammarBackend:
     raise InvalidSpecError(f"unknown backend {name!r} (expected 'auto', 'xgrammar' or 'outlines')")
 
 
-def _unenforced(name: str, uses: list[KeywordUse]) -> list[KeywordUse]:
+def _unenforced(name: str, uses: list[KeywordUse], options: JsonOptions) -> list[KeywordUse]:
     if name == "xgrammar":
         from parley.constrained.backends import xgrammar
 
-        return xgrammar.unenforced(uses)
+        return xgrammar.unenforced(uses, options.lengths_in_grammar)
     from parley.constrained.backends import outlines
 
     return outlines.unenforced(uses)
@@ -147,7 +147,8 @@ def _with_deadline(work: Callable[[], CompiledGrammar], timeout_s: float | None,
 
 def _json_options(spec: JsonSchema | ToolCalls) -> JsonOptions:
     any_order = spec.any_order if isinstance(spec, JsonSchema) else False
-    return JsonOptions(spec.whitespace == "compact", spec.max_whitespace, spec.strict, any_order)
+    lengths = spec.string_lengths == "grammar"
+    return JsonOptions(spec.whitespace == "compact", spec.max_whitespace, spec.strict, any_order, lengths)
 
 
 def _schema_of(spec: JsonSchema | ToolCalls) -> Any:
@@ -164,8 +165,9 @@ def _candidates(requested: str, spec: Spec, uses: list[KeywordUse]) -> list[str]
     if isinstance(spec, (JsonSchema, ToolCalls)) and (spec.strict or not _admits_extra_keys(uses)):
         # outlines first only when it enforces strictly more; it always forbids extra keys, which
         # is wrong for non-strict specs whose objects admit them.
-        by_outlines = {(u.keyword, u.path) for u in _unenforced("outlines", uses)}
-        by_xgrammar = {(u.keyword, u.path) for u in _unenforced("xgrammar", uses)}
+        options = _json_options(spec)
+        by_outlines = {(u.keyword, u.path) for u in _unenforced("outlines", uses, options)}
+        by_xgrammar = {(u.keyword, u.path) for u in _unenforced("xgrammar", uses, options)}
         if by_outlines < by_xgrammar:
             return ["outlines", "xgrammar"]
     return ["xgrammar", "outlines"]
@@ -208,7 +210,7 @@ def _compile_uncached(
     errors: list[ConstrainedError] = []
     for name in _candidates(requested, spec, uses):
         backend = _backend(name, tok)
-        missing = backend.unenforced(uses)
+        missing = backend.unenforced(uses, _json_options(spec)) if isinstance(spec, (JsonSchema, ToolCalls)) else []
         work = _builder(backend, spec, schema, _strip_set(name, missing))
         try:
             compiled = _with_deadline(work, timeout_s, f"a {spec.kind} spec with {name}")
@@ -220,8 +222,9 @@ def _compile_uncached(
             f"{name} does not enforce {use.keyword!r} at {use.path}; outputs are validated after generation"
             for use in missing
         )
-        for warning in warnings:
-            logger.warning(warning)
+        if warnings:
+            logger.info("compiled %s with %s; %d keyword(s) not enforced: %s", spec.kind, name, len(warnings),
+                        ", ".join(f"{u.keyword}@{u.path}" for u in missing[:8]))  # fmt: skip
         return CompiledSpec(compiled, name, warnings, bool(warnings))
     if len(errors) == 1:
         raise errors[0]

@@ -50,6 +50,8 @@ class Trigger:
         return None if at < 0 else (at, at + len(self.text))
 
 
+_TRIGGER_WINDOW = 512  # bytes of recent free text searched for triggers
+
 THINK_END = Trigger("</think>")
 TOOL_CALL_OPEN = Trigger("<tool_call>", include=True)
 HARMONY_FINAL = Trigger("<|channel|>final<|message|>")
@@ -134,7 +136,8 @@ class ConstraintHook:
         return list(self._constrained_ids)
 
     def _check_triggers(self) -> None:
-        decoded = self._free.decode("utf-8", errors="replace")
+        # Only the tail can hold a trigger completed by the latest token (keeps this O(1) per token).
+        decoded = self._free[-_TRIGGER_WINDOW:].decode("utf-8", errors="replace")
         for trigger in self.triggers:
             span = trigger.find(decoded)
             if span is None:

@@ -18,6 +18,10 @@ JSON-producing specs (`JsonSchema`, `ToolCalls`) also take:
   follows the JSON Schema specification and admits any extra key. An explicit
   `additionalProperties` in the schema always wins.
 - `any_order`: allow properties in any order (default: the schema's order, which is faster).
+- `string_lengths`: "grammar" (default) keeps `minLength`/`maxLength` in the mask, so strings
+  stay bounded while generating (with xgrammar, a length-bounded string then cannot contain escape
+  sequences); "validate" leaves them to validation after generation, so every valid string is
+  reachable (MaskBench-style acceptance) but generation is unbounded.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 Whitespace = Literal["compact", "flexible"]
+StringLengths = Literal["grammar", "validate"]
 ToolCallFormat = Literal["hermes", "json"]
 
 
@@ -49,6 +54,7 @@ class JsonSchema:
     max_whitespace: int = 4
     strict: bool = True
     any_order: bool = False
+    string_lengths: StringLengths = "grammar"
     max_tokens: int | None = None
     kind: Literal["json_schema"] = field(default="json_schema", init=False)
 
@@ -74,7 +80,8 @@ class JsonSchema:
         return self.schema
 
     def canonical(self) -> str:
-        options = [self.whitespace, self.max_whitespace, self.strict, self.any_order, self.max_tokens]
+        options: list[Any] = [self.whitespace, self.max_whitespace, self.strict, self.any_order]
+        options += [self.string_lengths, self.max_tokens]
         return f"json_schema:{_compact(options)}:{_compact(self.schema_dict())}"
 
 
@@ -158,6 +165,7 @@ class ToolCalls:
     whitespace: Whitespace = "compact"
     max_whitespace: int = 4
     strict: bool = True
+    string_lengths: StringLengths = "grammar"
     max_tokens: int | None = None
     kind: Literal["tool_calls"] = field(default="tool_calls", init=False)
 
@@ -193,6 +201,7 @@ class ToolCalls:
             ("whitespace", whitespace),
             ("max_whitespace", max_whitespace),
             ("strict", strict),
+            ("string_lengths", "grammar"),
             ("max_tokens", max_tokens),
             ("kind", "tool_calls"),
         ):

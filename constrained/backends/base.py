@@ -5,7 +5,7 @@ A backend has three factory methods — `json_schema`, `regex`, `grammar` — ea
 specs have default lowerings on top of those: `choice` (an escaped regex alternation) and
 `tool_calls` (a regex composition); a backend may override them with something better.
 
-`unenforced(uses)` is the backend's honest list of the keywords it would compile but not enforce;
+`unenforced(uses, options)` is the backend's honest list of the keywords it would compile but not enforce;
 the compiler turns those into recorded warnings plus post-hoc validation, or picks another backend.
 Backends raise `UnsupportedSpecError` for a spec they cannot compile and the `InvalidSpecError`
 family for malformed input.
@@ -31,6 +31,7 @@ class JsonOptions:
     max_whitespace: int = 4
     strict: bool = True
     any_order: bool = False
+    lengths_in_grammar: bool = True
 
 
 class BackendMatcher(Protocol):
@@ -72,7 +73,7 @@ class GrammarBackend(Protocol):
 
     def tool_calls(self, spec: ToolCalls, options: JsonOptions) -> CompiledGrammar: ...
 
-    def unenforced(self, uses: list[KeywordUse]) -> list[KeywordUse]: ...
+    def unenforced(self, uses: list[KeywordUse], options: JsonOptions) -> list[KeywordUse]: ...
 
 
 _REGEX_META = set("\\.^$|?*+()[]{}")

@@ -157,7 +157,7 @@ class OutlinesBackend:
         self._tok = tokenizer
         self._vocab = _vocabulary(tokenizer)
 
-    def unenforced(self, uses: list[KeywordUse]) -> list[KeywordUse]:
+    def unenforced(self, uses: list[KeywordUse], options: JsonOptions) -> list[KeywordUse]:
         return unenforced(uses)
 
     def _schema_regex(self, schema: Any, options: JsonOptions) -> str:

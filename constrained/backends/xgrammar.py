@@ -4,9 +4,9 @@ One `GrammarCompiler` per tokenizer (xgrammar's own cache disabled: parley cache
 by spec). Dynamic compilation is on: token-mask cache entries are built on first use instead of
 all up front, which turns multi-second compiles of large schemas into milliseconds.
 
-What xgrammar compiles but does not enforce (its converter only logs a warning, or — for string
-length bounds — enforces them wrongly by forbidding escape sequences in bounded strings) is listed
-in `UNENFORCED`; the compiler strips/records those and validates outputs afterwards.
+What xgrammar compiles but does not enforce (its converter only logs a warning) is listed in
+`UNENFORCED`; string length bounds are a choice (see `unenforced`). The compiler strips/records
+those and validates outputs afterwards.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 UNENFORCED = {
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "contains",
     "minContains", "maxContains", "multipleOf", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
-    "minLength", "maxLength",
 }  # fmt: skip
+LENGTHS = {"minLength", "maxLength"}
 SUPPORTED_FORMATS = {
     "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid", "uri",
     "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
@@ -51,11 +51,21 @@ def _xgr() -> Any:
     return xgrammar
 
 
-def unenforced(uses: list[KeywordUse]) -> list[KeywordUse]:
+def unenforced(uses: list[KeywordUse], lengths_in_grammar: bool = True) -> list[KeywordUse]:
+    """Keyword uses xgrammar would not enforce.
+
+    String length bounds: xgrammar enforces them but then forbids escape sequences in the bounded
+    string, and it drops them next to `pattern`/`format`. With `lengths_in_grammar` they stay in
+    the grammar (bounded strings cannot contain escapes — outputs stay valid, some valid values
+    become unreachable) except next to pattern/format; otherwise they are all stripped and checked
+    by validation (every valid value reachable, lengths unbounded while generating).
+    """
     out = []
     for use in uses:
         value = use.schema.get(use.keyword)
         if use.keyword in UNENFORCED:
+            out.append(use)
+        elif use.keyword in LENGTHS and (not lengths_in_grammar or "pattern" in use.schema or "format" in use.schema):
             out.append(use)
         elif use.keyword == "uniqueItems" and value is True:
             out.append(use)
@@ -142,8 +152,8 @@ class XGrammarBackend:
         self._tok = tokenizer
         self._state = _state(tokenizer)
 
-    def unenforced(self, uses: list[KeywordUse]) -> list[KeywordUse]:
-        return unenforced(uses)
+    def unenforced(self, uses: list[KeywordUse], options: JsonOptions) -> list[KeywordUse]:
+        return unenforced(uses, options.lengths_in_grammar)
 
     def _json_grammar(self, schema: Any, options: JsonOptions) -> Any:
         xgr = _xgr()

@@ -197,3 +197,18 @@ def test_size_and_time_bounds(smol_tokenizer: Any) -> None:
     with pytest.raises(CompileLimitError, match="timeout_s"):
         compile(JsonSchema(slow), smol_tokenizer, backend="outlines", timeout_s=0.05)
     assert time.monotonic() - started < 2.0
+
+
+def test_string_lengths_bound_generation_or_go_to_validation(smol_tokenizer: Any) -> None:
+    schema = {"type": "string", "maxLength": 3}
+    bounded = compile(JsonSchema(schema), smol_tokenizer)
+    assert not bounded.needs_validation and feed(bounded, smol_tokenizer, '"abc"')
+    assert not feed(compile(JsonSchema(schema), smol_tokenizer), smol_tokenizer, '"abcd"')
+    relaxed = compile(JsonSchema(schema, string_lengths="validate"), smol_tokenizer, backend="xgrammar")
+    assert relaxed.needs_validation and any("maxLength" in w for w in relaxed.warnings)
+    assert feed(relaxed, smol_tokenizer, '"a\\nbcd"')
+    # auto: outlines enforces the bound *and* admits escapes, so it wins here
+    auto = compile(JsonSchema(schema, string_lengths="validate"), smol_tokenizer)
+    assert auto.backend == "outlines" and not auto.needs_validation
+    assert feed(auto, smol_tokenizer, '"a\\nb"')
+    assert not feed(compile(JsonSchema(schema, string_lengths="validate"), smol_tokenizer), smol_tokenizer, '"abcd"')

@@ -131,3 +131,16 @@ def test_apply_bitmask_can_leave_rows_alone(rows: list[int]) -> None:
     logits = torch.zeros(2, 32)
     apply_bitmask(logits, torch.zeros(2, 1, dtype=torch.int32), rows=rows)
     assert bool(torch.isfinite(logits[0]).all()) and not bool(torch.isfinite(logits[1]).any())
+
+
+def test_harmony_commentary_header_is_a_regex_trigger(smol_tokenizer: Any) -> None:
+    from parley.constrained import HARMONY_COMMENTARY
+
+    hook = ConstraintHook(compile(JsonSchema({"type": "integer"}), smol_tokenizer), triggers=[HARMONY_COMMENTARY])
+    header = "<|channel|>commentary to=functions.add <|constrain|>json<|message|>"
+    for token in smol_tokenizer.encode("<|channel|>analysis<|message|>thinking" + header, add_special_tokens=False):
+        hook.accept_token(token)
+    assert hook.active and hook.violations == 0
+    for token in smol_tokenizer.encode("42", add_special_tokens=False):
+        hook.accept_token(token)
+    assert hook.matcher.is_completed()

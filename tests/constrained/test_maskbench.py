@@ -7,11 +7,13 @@ some break only constraints a grammar cannot enforce (formats, uniqueItems, ...)
 carry `needs_validation`.
 
 Runtime: the full dev split (3,683 schemas) takes far longer than this suite's budget on 2 cores,
-so the test runs a fixed deterministic subset — every `STRIDE`-th file in sorted path order (~1.25%).
+so the test runs a fixed deterministic subset — every `STRIDE`-th file in sorted path order (~2.5%).
 `benchmarks/constrained.py` runs larger slices (`--stride 1` for all of it).
 
-Specs use `strict=False` (JSON Schema semantics for extra keys) and `any_order=True` (MaskBench
-instances do not always follow the schema's property order).
+Specs use `strict=False` (JSON Schema semantics for extra keys), `any_order=True` (MaskBench
+instances do not always follow the schema's property order) and `string_lengths="validate"`
+(xgrammar cannot put escape sequences in length-bounded strings; the bounds are then checked by
+validation, and the matcher says so with `needs_validation`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from tests.conftest import SHARED
 from tests.constrained.conftest import feed
 
 DEV = SHARED / "data" / "jsonschemabench" / "dev"
-STRIDE = 80
+STRIDE = 40
 
 
 def subset_of(path: Path) -> str:
@@ -53,7 +55,10 @@ def test_valid_instances_are_accepted_by_every_compiled_matcher(smol_tokenizer: 
         tally["schemas"] += 1
         try:
             matcher = compile(
-                JsonSchema(case["schema"], strict=False, any_order=True), smol_tokenizer, timeout_s=10, cache=cache
+                JsonSchema(case["schema"], strict=False, any_order=True, string_lengths="validate"),
+                smol_tokenizer,
+                timeout_s=10,
+                cache=cache,
             )
         except ConstrainedError as exc:
             tally[f"compile_error:{type(exc).__name__}"] += 1
