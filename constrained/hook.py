@@ -175,6 +175,18 @@ def _pack(flags: torch.Tensor) -> torch.Tensor:
     return words.to(torch.int32)
 
 
+_BATCH: list[Any] = []
+
+
+def _batch_matcher() -> Any:
+    """One shared xgrammar `BatchGrammarMatcher` (it owns a thread pool; creating one per step is wasteful)."""
+    if not _BATCH:
+        import xgrammar as xgr
+
+        _BATCH.append(xgr.BatchGrammarMatcher())
+    return _BATCH[0]
+
+
 def fill_bitmasks(hooks: Sequence[ConstraintHook | None], bitmask: torch.Tensor) -> list[bool]:
     """Fill row i of `bitmask` for hooks[i] (None = unconstrained); returns which rows constrain.
 
@@ -196,9 +208,7 @@ def fill_bitmasks(hooks: Sequence[ConstraintHook | None], bitmask: torch.Tensor)
         else:
             used[i] = hook.fill_bitmask(bitmask[i])
     if len(batch_matchers) > 1:
-        import xgrammar as xgr
-
-        xgr.BatchGrammarMatcher().batch_fill_next_token_bitmask(batch_matchers, bitmask, indices=batch_rows)
+        _batch_matcher().batch_fill_next_token_bitmask(batch_matchers, bitmask, indices=batch_rows)
         for i in batch_rows:
             used[i] = True
     elif batch_matchers:
