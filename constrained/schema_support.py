@@ -132,7 +132,7 @@ def _check_refs(schema: dict[str, Any]) -> None:
     specification = specification_with(dialect, default=DRAFT202012) if isinstance(dialect, str) else DRAFT202012
     resource = specification.create_resource(schema)
     raw_base = schema.get("$id", schema.get("id"))
-    base = raw_base if isinstance(raw_base, str) else ""
+    base = raw_base.split("#", 1)[0] if isinstance(raw_base, str) else ""  # an empty fragment is no part of the URI
     resolver = Registry().with_resource(base, resource).resolver(base_uri=base)
     nested_ids = any("$id" in sub or "id" in sub for path, sub in iter_subschemas(schema) if path != "$")
     for path, sub in iter_subschemas(schema):
