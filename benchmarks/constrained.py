@@ -82,6 +82,8 @@ def run_backend(backend: str, cases: list[dict[str, Any]], tok: Any, timeout: fl
             if test["valid"]:
                 valid += 1
                 accepted += ok
+                if not ok:
+                    print(f"valid instance rejected ({backend}/{matcher.backend}): {case['_name']}", file=sys.stderr)
     return {
         "compiled": compiled,
         "compile_p50_ms": pct(compile_ms, 0.5),
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dev split not found at {DEV}", file=sys.stderr)
         return 1
     chosen = files[:: args.stride]
-    cases = [json.loads(p.read_text()) for p in chosen]
+    cases = [{**json.loads(p.read_text()), "_name": str(p.relative_to(DEV))} for p in chosen]
     tok = load_tokenizer()
     # outlines last: a compile abandoned at the timeout keeps running in its thread and would skew later timings
     empty = dict.fromkeys(("compiled", "valid_instances", "valid_accepted", "masks"), 0)
