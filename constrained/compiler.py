@@ -166,11 +166,21 @@ def _candidates(requested: str, spec: Spec, uses: list[KeywordUse]) -> list[str]
         # outlines first only when it enforces strictly more; it always forbids extra keys, which
         # is wrong for non-strict specs whose objects admit them.
         options = _json_options(spec)
-        by_outlines = {(u.keyword, u.path) for u in _unenforced("outlines", uses, options)}
-        by_xgrammar = {(u.keyword, u.path) for u in _unenforced("xgrammar", uses, options)}
+        # lengths the caller sent to validation (string_lengths="validate") do not count
+        delegated = set() if options.lengths_in_grammar else {"minLength", "maxLength"}
+        by_outlines = {
+            (u.keyword, u.path) for u in _unenforced("outlines", uses, options) if u.keyword not in delegated
+        }
+        by_xgrammar = {
+            (u.keyword, u.path) for u in _unenforced("xgrammar", uses, options) if u.keyword not in delegated
+        }
         if by_outlines < by_xgrammar:
             return ["outlines", "xgrammar"]
     return ["xgrammar", "outlines"]
+
+
+def delegated_uses(uses: list[KeywordUse], keywords: set[str]) -> set[tuple[str, str]]:
+    return {(u.keyword, u.path) for u in uses if u.keyword in keywords}
 
 
 def _admits_extra_keys(uses: list[KeywordUse]) -> bool:

@@ -12,6 +12,7 @@ most `max_whitespace` characters. Note: outlines-core always forbids extra objec
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -170,6 +171,7 @@ class OutlinesBackend:
             raise UnsupportedSpecError(f"outlines-core cannot convert this schema: {_first_line(exc)}") from None
 
     def _index(self, pattern: str) -> OutlinesCompiled:
+        _check_dfa_budget(pattern)
         try:
             return OutlinesCompiled(_oc().Index(pattern, self._vocab), self._tok)
         except Exception as exc:
@@ -192,6 +194,24 @@ class OutlinesBackend:
 
     def tool_calls(self, spec: ToolCalls, options: JsonOptions) -> OutlinesCompiled:
         return self._index(tool_calls_regex(spec, self._schema_regex(spec.call_schema(), options)))
+
+
+# Bounded repetitions are unrolled into DFA states: `{0,32767}` on a JSON string character class
+# builds an index of tens of GB. Refuse up front instead (auto then stays on xgrammar).
+MAX_REPEAT = 1_000
+MAX_REPEAT_TOTAL = 4_000
+MAX_REGEX_CHARS = 100_000
+_REPEAT = re.compile(r"(?<!\\)\{(\d+)(?:,(\d*))?\}")
+
+
+def _check_dfa_budget(pattern: str) -> None:
+    if len(pattern) > MAX_REGEX_CHARS:
+        raise UnsupportedSpecError(f"regex of {len(pattern)} chars is too large for an outlines-core index")
+    bounds = [int(hi or lo) for lo, hi in _REPEAT.findall(pattern)]
+    if any(b > MAX_REPEAT for b in bounds) or sum(bounds) > MAX_REPEAT_TOTAL:
+        raise UnsupportedSpecError(
+            f"bounded repetitions up to {max(bounds)} (total {sum(bounds)}) would blow up the outlines-core index"
+        )
 
 
 def _first_line(exc: BaseException) -> str:
