@@ -102,7 +102,7 @@ class CompileCache:
 compile_cache = CompileCache()
 
 
-def _backend(name: str, tok: TokenizerInfo) -> GrammarBackend:
+def _backend(name: str, tok: TokenizerInfo, timeout_s: float | None = None) -> GrammarBackend:
     if name == "xgrammar":
         from parley.constrained.backends.xgrammar import XGrammarBackend
 
@@ -110,7 +110,7 @@ def _backend(name: str, tok: TokenizerInfo) -> GrammarBackend:
     if name == "outlines":
         from parley.constrained.backends.outlines import OutlinesBackend
 
-        return OutlinesBackend(tok)
+        return OutlinesBackend(tok, timeout_s=timeout_s)
     raise InvalidSpecError(f"unknown backend {name!r} (expected 'auto', 'xgrammar' or 'outlines')")
 
 
@@ -219,7 +219,7 @@ def _compile_uncached(
 
     errors: list[ConstrainedError] = []
     for name in _candidates(requested, spec, uses):
-        backend = _backend(name, tok)
+        backend = _backend(name, tok, timeout_s)
         missing = backend.unenforced(uses, _json_options(spec)) if isinstance(spec, (JsonSchema, ToolCalls)) else []
         work = _builder(backend, spec, schema, _strip_set(name, missing))
         try:

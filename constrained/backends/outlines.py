@@ -2,7 +2,8 @@
 
 JSON Schemas become a regex (`build_regex_from_schema`), then an `Index` (DFA state x token ->
 next state, precomputed for the whole vocabulary), walked by a `Guide` per request. Masks are then
-a table lookup, but building the index is slow for large schemas (seconds), and the regex route
+a table lookup, but building the index is slow for large schemas (seconds) and can need huge
+memory, so it runs in a memory-capped worker process (see `build_index_isolated`); the regex route
 cannot express several keywords at all (`UNENFORCED`). No EBNF grammars: `grammar()` raises
 `UnsupportedSpecError`. Whitespace: compact means the empty whitespace pattern; flexible allows at
 most `max_whitespace` characters. Note: outlines-core always forbids extra object keys, whatever
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from parley.constrained.backends.base import JsonOptions, choice_regex, tool_calls_regex
 from parley.constrained.errors import (
     BackendUnavailableError,
+    CompileLimitError,
     InvalidRegexError,
     UnsupportedSpecError,
 )
@@ -154,9 +157,10 @@ class OutlinesBackend:
 
     name = "outlines"
 
-    def __init__(self, tokenizer: TokenizerInfo) -> None:
+    def __init__(self, tokenizer: TokenizerInfo, *, timeout_s: float | None = None) -> None:
         self._tok = tokenizer
         self._vocab = _vocabulary(tokenizer)
+        self.timeout_s = timeout_s
 
     def unenforced(self, uses: list[KeywordUse], options: JsonOptions) -> list[KeywordUse]:
         return unenforced(uses)
@@ -173,7 +177,9 @@ class OutlinesBackend:
     def _index(self, pattern: str) -> OutlinesCompiled:
         _check_dfa_budget(pattern)
         try:
-            return OutlinesCompiled(_oc().Index(pattern, self._vocab), self._tok)
+            return OutlinesCompiled(build_index_isolated(pattern, self._vocab, self.timeout_s), self._tok)
+        except (CompileLimitError, UnsupportedSpecError):
+            raise
         except Exception as exc:
             message = _first_line(exc)
             if "regex" in message.lower() or "parse" in message.lower():
@@ -194,6 +200,67 @@ class OutlinesBackend:
 
     def tool_calls(self, spec: ToolCalls, options: JsonOptions) -> OutlinesCompiled:
         return self._index(tool_calls_regex(spec, self._schema_regex(spec.call_schema(), options)))
+
+
+# Index builds run in a worker process under a memory cap: a regex DFA can explode (MaskBench saw
+# 188 outlines OOMs; here a 36k-char schema regex asked for 4 GiB in one allocation), and a worker
+# that dies or overruns is killed — the caller gets CompileLimitError, the machine keeps its memory.
+WORKER_MEMORY_BYTES = 4 << 30
+_POOL: list[Any] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _limit_memory(limit: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _build_index(pattern: str, vocabulary: Any) -> Any:
+    import outlines_core
+
+    return outlines_core.Index(pattern, vocabulary)
+
+
+def _pool() -> Any:
+    with _POOL_LOCK:
+        if not _POOL:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            context = multiprocessing.get_context("spawn")
+            _POOL.append(
+                ProcessPoolExecutor(1, mp_context=context, initializer=_limit_memory, initargs=(WORKER_MEMORY_BYTES,))
+            )
+        return _POOL[0]
+
+
+def _discard_pool(pool: Any) -> None:
+    with _POOL_LOCK:
+        if _POOL and _POOL[0] is pool:
+            _POOL.clear()
+    for process in list(getattr(pool, "_processes", {}).values()):
+        process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def build_index_isolated(pattern: str, vocabulary: Any, timeout_s: float | None) -> Any:
+    """Build an outlines-core `Index` in the memory-capped worker; kill it past `timeout_s`."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = _pool()
+    future = pool.submit(_build_index, pattern, vocabulary)
+    try:
+        return future.result(timeout=timeout_s)
+    except FutureTimeout:
+        _discard_pool(pool)
+        raise CompileLimitError(f"outlines-core index build took longer than {timeout_s:g} s (timeout_s)") from None
+    except BrokenProcessPool:
+        _discard_pool(pool)
+        raise CompileLimitError(
+            f"outlines-core index build exceeded the worker memory cap ({WORKER_MEMORY_BYTES >> 20} MiB) or crashed"
+        ) from None
 
 
 # Bounded repetitions are unrolled into DFA states: `{0,32767}` on a JSON string character class
