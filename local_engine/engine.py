@@ -39,6 +39,7 @@ from parley.local_engine.runner import CausalLM, ModelRunner
 from parley.local_engine.sampler import Sampler
 from parley.local_engine.scheduler import Scheduler, SchedulerOutput
 from parley.local_engine.sequence import Sequence
+from parley.local_engine.threads import omp_set_num_threads
 
 Sink = Callable[[Any], None]
 _DEADLINE = "deadline"
@@ -124,6 +125,7 @@ class Engine:
         self._ids_lock = threading.Lock()
         self._live_ids: set[str] = set()  # ids submitted and not finished (checked at submission)
         self._waiting_count = 0
+        self._waiting_tokens = 0  # prompt tokens of requests not yet admitted (deadline estimates)
         self._counter = itertools.count()
         self._closed = False
         self._steps = 0
@@ -226,7 +228,7 @@ class Engine:
         if deadline_s is not None:
             if not deadline_s > 0:
                 raise InvalidRequestError(f"deadline_s must be > 0, got {deadline_s!r}")
-            est = self._estimate_s(self._waiting_count * 64, len(ids), params.max_tokens)
+            est = self._estimate_s(self._waiting_tokens, len(ids), params.max_tokens)
             if est is not None and est > deadline_s:
                 raise AdmissionError(
                     f"request cannot finish within its deadline of {deadline_s:.3f}s (estimated {est:.3f}s)",
@@ -234,7 +236,7 @@ class Engine:
                 )
         with self._ids_lock:
             if self._waiting_count >= self.config.max_waiting:
-                est = self._estimate_s(self._waiting_count * 64, 0, 0)
+                est = self._estimate_s(self._waiting_tokens, 0, 0)
                 raise AdmissionError(
                     f"the waiting queue is full ({self.config.max_waiting} requests)", retry_after_s=est or 1.0
                 )
@@ -242,6 +244,7 @@ class Engine:
                 raise InvalidRequestError(f"request id {rid!r} is already in flight")
             self._live_ids.add(rid)
             self._waiting_count += 1
+            self._waiting_tokens += len(ids)
         seq = Sequence(
             rid, ids, params, hook=hook, tenant=tenant,
             deadline=None if deadline_s is None else now + deadline_s, arrival_time=now,
@@ -388,6 +391,7 @@ class Engine:
             seq.counted_waiting = False
             with self._ids_lock:
                 self._waiting_count -= 1
+                self._waiting_tokens -= seq.num_prompt_tokens
 
     def _output(self, seq: Sequence) -> GenerationOutput:
         return GenerationOutput(
@@ -445,9 +449,13 @@ class Engine:
 
     def _loop(self) -> None:
         if self.device.type == "cpu":
-            # OpenMP thread counts are per thread: the engine thread sets its own. Bookkeeping and sampling
-            # run on one thread (tiny ops); the model raises it to `num_threads` for its weight GEMMs.
-            torch.set_num_threads(1)
+            # Thread counts are per thread (OpenMP's team size, MKL's local count): the engine thread sets
+            # its own. Bookkeeping and sampling then run on one OpenMP thread (tiny ops); the model raises it
+            # to `num_threads` for its weight GEMMs (see threads.py).
+            torch.set_num_threads(self._num_threads)
+            omp = omp_set_num_threads()
+            if omp is not None:
+                omp(1)
         while True:
             if not self._drain_commands(block=not self.scheduler.has_work()):
                 break

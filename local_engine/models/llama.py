@@ -13,11 +13,18 @@ exposing the same `forward` / `compute_logits` / `from_hf_state_dict`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from parley.local_engine.threads import omp_set_num_threads
+
+
+def _noop(_: int) -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -190,21 +197,22 @@ class LlamaModel:
     ) -> torch.Tensor:
         """Hidden states [T, hidden] for the T new tokens; writes their K/V into the cache.
 
-        On CPU, small steps (decode) run everything but the weight matmuls on one thread: interleaving
-        MKL's threaded GEMMs with PyTorch's own OpenMP regions for tiny ops (bmm, softmax, norms) costs
-        more in hand-offs than the ops themselves, badly so on a loaded machine. The GEMMs keep every thread.
+        On CPU, small steps (decode) run everything but the weight matmuls on one OpenMP thread: the
+        fork/join of a parallel region for a tiny op (bmm, softmax, norms) costs more than the op, badly so
+        on a loaded machine (see `threads.py`). The GEMMs get `gemm_threads`.
         """
         a = self.arch
         T = input_ids.shape[0]
         H, KVH, D = a.num_heads, a.num_kv_heads, a.head_dim
         half = D // 2
         qs, kvs = self.q_size, self.kv_size
+        omp = omp_set_num_threads() if self.device.type == "cpu" else None
         entry_threads = torch.get_num_threads()
         threads = self.gemm_threads or entry_threads
-        toggle = self.device.type == "cpu" and threads > 1 and T <= 64
-        set_threads = torch.set_num_threads
-        if self.device.type == "cpu":
-            set_threads(1 if toggle else threads)
+        toggle = omp is not None and threads > 1 and T <= 64
+        set_threads: Callable[[int], None] = omp or _noop
+        if omp is not None:
+            omp(1 if toggle else threads)
         cos = self.cos_table.index_select(0, positions).unsqueeze(1)  # [T, 1, D]
         sin = self.sin_table.index_select(0, positions).unsqueeze(1)
         residual = self.embed.index_select(0, input_ids)
@@ -244,8 +252,8 @@ class LlamaModel:
             residual = residual + down
             if li + 1 < n_layers:
                 h = self._rms_norm(residual, self.layers[li + 1]["ln1"])
-        if self.device.type == "cpu":
-            set_threads(entry_threads)
+        if omp is not None:
+            omp(entry_threads)
         return residual
 
     def _attention(
