@@ -34,5 +34,5 @@ def omp_set_num_threads() -> Callable[[int], None] | None:
             continue
         fn.argtypes = [ctypes.c_int]
         fn.restype = None
-        return fn  # type: ignore[no-any-return]
+        return fn
     return None
