@@ -174,7 +174,7 @@ def _finite(value: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stride", type=int, default=40, help="use every N-th dev schema (1 = all)")
+    parser.add_argument("--stride", type=int, default=10, help="use every N-th dev schema (1 = all)")
     parser.add_argument("--timeout", type=float, default=10.0, help="compile time limit per schema, seconds")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--skip-e2e", action="store_true")
