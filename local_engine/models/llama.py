@@ -128,7 +128,9 @@ class LlamaModel:
         freqs = torch.outer(t, inv)
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos_table = emb.cos().to(device=device, dtype=dtype)
-        self.sin_table = emb.sin().to(device=device, dtype=dtype)
+        sin = emb.sin()
+        sin[:, : arch.head_dim // 2] *= -1  # [-sin, sin]: rotate_half's sign folded into the table
+        self.signed_sin_table = sin.to(device=device, dtype=dtype)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -214,7 +216,7 @@ class LlamaModel:
         if omp is not None:
             omp(1 if toggle else threads)
         cos = self.cos_table.index_select(0, positions).unsqueeze(1)  # [T, 1, D]
-        sin = self.sin_table.index_select(0, positions).unsqueeze(1)
+        sin = self.signed_sin_table.index_select(0, positions).unsqueeze(1)
         residual = self.embed.index_select(0, input_ids)
         h = self._rms_norm(residual, self.layers[0]["ln1"])
         n_layers = len(self.layers)
@@ -224,10 +226,10 @@ class LlamaModel:
             qkv = F.linear(h, w["qkv"])
             if toggle:
                 set_threads(1)
-            # RoPE on q and k together: x*cos + rotate_half(x)*sin.
+            # RoPE on q and k together: x*cos + rotate_half(x)*sin, with rotate_half(x)*sin computed as
+            # roll(x, D/2) * [-sin, sin] (same products, one op fewer).
             qk = qkv[:, : qs + kvs].view(T, H + KVH, D)
-            rot = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
-            qk = qk * cos + rot * sin
+            qk = qk * cos + torch.roll(qk, half, dims=-1) * sin
             v = qkv[:, qs + kvs :].view(T, KVH, D)
             attn = self._attention(qk[:, :H], qk[:, H:], v, k_cache[li], v_cache[li], batch)
             if toggle:
