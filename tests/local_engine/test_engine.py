@@ -327,3 +327,19 @@ def test_other_architecture_sizes_work() -> None:
         assert engine.generate([prompt], GREEDY)[0].token_ids == hf_greedy(hf, prompt, 24)
     finally:
         engine.close()
+
+
+async def test_cancelling_the_consumer_task_aborts_the_request(tiny_engine: Any) -> None:
+    started = asyncio.Event()
+
+    async def consume() -> None:
+        async for _ in tiny_engine.stream(prompts_of([10])[0], SamplingParams(max_tokens=900, ignore_eos=True)):
+            started.set()
+
+    task = asyncio.create_task(consume())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    stats = await _settled(tiny_engine)
+    assert stats["blocks_used"] == 0 and stats["num_running"] == 0
