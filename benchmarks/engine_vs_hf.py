@@ -86,6 +86,27 @@ def hf_generate(hf: Any, prompts: list[list[int]], n: int) -> list[list[int]]:
     return out[:, width:].tolist()
 
 
+def gemv_floor_s(model: Any, threads: int, runs: int) -> float:
+    """Median time of one token's weight matmuls only (no attention, norms or Python around them)."""
+    import torch.nn.functional as F
+
+    x = torch.randn(1, model.arch.hidden_size, dtype=model.dtype, device=model.device)
+    xi = torch.randn(1, model.arch.intermediate_size, dtype=model.dtype, device=model.device)
+
+    def once() -> None:
+        for w in model.layers:
+            F.linear(x, w["qkv"])
+            F.linear(x, w["o"])
+            F.linear(x, w["gate_up"])
+            F.linear(xi, w["down"])
+        F.linear(x, model.lm_head)
+
+    with torch.inference_mode():
+        once()
+        t, _ = median_time(once, runs)
+    return t
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         from parley.local_engine import EngineConfig, loader
@@ -137,6 +158,11 @@ class Bench:
                 r["p1_fp32_bw_ceiling_tok_s"] = round(r["mem_bw_gbs"] / gb, 1)
                 r["p1_fp32_pct_of_ceiling"] = round(100 * (n / t_ours) / (r["mem_bw_gbs"] / gb), 1)
         self.rows.append((f"p1 {name} 1x{n}", f"{n / t_ours:.1f}", f"{n / t_hf:.1f}", f"{t_hf / t_ours:.2f}x"))
+        # Where a decode step goes: the weight GEMVs alone (every layer + LM head, one token) bound both sides.
+        floor = gemv_floor_s(engine.model, self.threads, runs * 5)
+        r[f"p1_{name}_gemv_only_tok_s"] = round(1 / floor, 2)
+        r[f"p1_{name}_step_ms"] = round(1000 * t_ours / n, 2)
+        r[f"p1_{name}_gemv_ms"] = round(1000 * floor, 2)
 
     def p2(self, engine: Any, hf: Any) -> None:
         from parley.local_engine import SamplingParams
