@@ -49,6 +49,11 @@ def _default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def _usable_cores() -> int:
+    getaffinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every core counts
+    return len(getaffinity(0)) if getaffinity else (os.cpu_count() or 1)
+
+
 def _as_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
     if dtype is None:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -101,7 +106,7 @@ class Engine:
         self.eos_token_ids = eos_token_ids
         self.device = model.device
         self.dtype = model.dtype
-        self._num_threads = cfg.num_threads or len(os.sched_getaffinity(0))
+        self._num_threads = cfg.num_threads or _usable_cores()
         if self.device.type == "cpu" and hasattr(model, "gemm_threads"):
             model.gemm_threads = self._num_threads
         num_blocks = cfg.num_kv_blocks
