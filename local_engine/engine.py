@@ -43,6 +43,7 @@ from parley.local_engine.threads import omp_set_num_threads
 
 Sink = Callable[[Any], None]
 _DEADLINE = "deadline"
+_POLL_S = 0.25  # how often a waiting caller checks that the step loop is still alive
 
 
 def _default_device() -> torch.device:
@@ -136,6 +137,7 @@ class Engine:
         self._steps = 0
         self._tokens_generated = 0
         self._failed_steps = 0
+        self._failure: EngineError | None = None  # set once the step loop has died; the engine is then unusable
         self._thread = threading.Thread(target=self._loop, name="parley-engine", daemon=True)
         self._thread.start()
 
@@ -224,6 +226,7 @@ class Engine:
     ) -> Sequence:
         if self._closed:
             raise EngineError("the engine is closed")
+        self._raise_if_failed()
         ids = self._validate(prompt, params)
         rid = request_id or f"req-{next(self._counter)}-{uuid.uuid4().hex[:8]}"
         hook: Any = None
@@ -290,7 +293,7 @@ class Engine:
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         pending = len(prompts)
         while pending:
-            i, item = results.get()
+            i, item = self._next_result(results)
             if isinstance(item, BaseException):
                 for s in seqs:
                     self.abort(s.request_id)
@@ -326,7 +329,7 @@ class Engine:
         done = False
         try:
             while True:
-                item = await q.get()
+                item = await self._next_item(q)
                 if isinstance(item, BaseException):
                     done = True
                     raise item
@@ -340,12 +343,58 @@ class Engine:
             if not done:
                 self.abort(seq.request_id)
 
+    # ------------------------------------------------------------------ waiting on a live loop
+    @property
+    def failed(self) -> bool:
+        """True once the step loop has died; every later submission raises `EngineError`."""
+        return self._failure is not None
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise self._dead_error()
+
+    def _dead_error(self) -> EngineError:
+        """A fresh error for a caller whose request can never finish (the loop is gone)."""
+        if self._failure is not None:
+            err = EngineError(str(self._failure))
+            err.__cause__ = self._failure.__cause__
+            return err
+        if self._closed:
+            return EngineError("the engine was closed before the request finished")
+        return EngineError("the engine's step loop is not running")
+
+    def _next_result(self, results: queue.SimpleQueue[Any]) -> Any:
+        """Next item for a blocking caller; raises instead of waiting forever on a dead step loop."""
+        while True:
+            try:
+                return results.get(timeout=_POLL_S)
+            except queue.Empty:
+                if not self._thread.is_alive():
+                    try:
+                        return results.get_nowait()  # delivered just before the loop ended
+                    except queue.Empty:
+                        raise self._dead_error() from None
+
+    async def _next_item(self, q: asyncio.Queue[Any]) -> Any:
+        """Next item for a stream; raises instead of awaiting forever on a dead step loop."""
+        while True:
+            if not q.empty():
+                return q.get_nowait()
+            try:
+                return await asyncio.wait_for(q.get(), timeout=_POLL_S)
+            except asyncio.TimeoutError:
+                if not self._thread.is_alive():
+                    await asyncio.sleep(0)  # let a delivery scheduled just before the loop died land
+                    if q.empty():
+                        raise self._dead_error() from None
+
     # ------------------------------------------------------------------ figures and lifetime
     def stats(self) -> dict[str, Any]:
         s: dict[str, Any] = dict(self.block_manager.stats())
         s.update(self.scheduler.stats())
         s.update(
             steps=self._steps, tokens_generated=self._tokens_generated, failed_steps=self._failed_steps,
+            failed=self.failed,
             decode_step_s=self.timer.decode_step_s, prefill_token_s=self.timer.prefill_token_s,
             model_id=self.model_id, device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
         )
@@ -453,6 +502,41 @@ class Engine:
                     self._finish(target, "abort")
 
     def _loop(self) -> None:
+        """Thread body. Any exception escaping the loop (a bug, a MemoryError in a step) is fatal: the state of
+        the scheduler, block pool and KV cache can no longer be trusted, so the engine fails every request it
+        holds and refuses new ones rather than serving from corrupt state or leaving callers waiting."""
+        try:
+            self._run_loop()
+        except BaseException as exc:  # noqa: BLE001 - the thread must never die silently
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, Exception):
+            self._failed_steps += 1
+        failure = EngineError(f"the engine failed and accepts no more requests: {type(exc).__name__}: {exc}")
+        failure.__cause__ = exc
+        self._failure = failure
+        sinks = list(self._sinks.values())
+        self._sinks.clear()
+        self._by_id.clear()
+        while True:  # requests submitted but not yet picked up by the loop
+            try:
+                cmd, arg = self._commands.get_nowait()
+            except queue.Empty:
+                break
+            if cmd == "add":
+                sinks.append(arg[1])
+        for sink in sinks:
+            try:
+                sink(self._dead_error())
+            except Exception:  # noqa: BLE001, S110 - a consumer that is gone needs no notice
+                pass
+        with self._ids_lock:
+            self._live_ids.clear()
+            self._waiting_count = 0
+            self._waiting_tokens = 0
+
+    def _run_loop(self) -> None:
         if self.device.type == "cpu":
             # Thread counts are per thread (OpenMP's team size, MKL's local count): the engine thread sets
             # its own. Bookkeeping and sampling then run on one OpenMP thread (tiny ops); the model raises it
@@ -464,14 +548,7 @@ class Engine:
         while True:
             if not self._drain_commands(block=not self.scheduler.has_work()):
                 break
-            try:
-                self._step()
-            except Exception as exc:  # noqa: BLE001 - a failed step fails its requests, never the thread
-                self._failed_steps += 1
-                err = EngineError(f"engine step failed: {type(exc).__name__}: {exc}")
-                err.__cause__ = exc
-                for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
-                    self._finish(seq, "abort", error=err)
+            self._step()
         for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
             self._finish(seq, "abort", error=RequestAborted("the engine was closed"))
 
