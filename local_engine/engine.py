@@ -39,6 +39,7 @@ from parley.local_engine.runner import CausalLM, ModelRunner
 from parley.local_engine.sampler import Sampler
 from parley.local_engine.scheduler import Scheduler, SchedulerOutput
 from parley.local_engine.sequence import Sequence
+from parley.local_engine.step_timer import StepTimer
 from parley.local_engine.threads import omp_set_num_threads
 
 Sink = Callable[[Any], None]
@@ -65,22 +66,6 @@ def _as_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dt
     if dtype not in names:
         raise ValueError(f"unsupported dtype {dtype!r}; use one of {sorted(names)}")
     return names[dtype]
-
-
-class _StepTimer:
-    """Exponential moving averages of measured step costs, for deadline admission."""
-
-    def __init__(self) -> None:
-        self.decode_step_s: float | None = None  # one step with decodes only
-        self.prefill_token_s: float | None = None  # per prompt token in prefill-heavy steps
-
-    def record(self, elapsed: float, num_tokens: int, num_decode: int) -> None:
-        a = 0.2
-        if num_tokens == num_decode:
-            self.decode_step_s = elapsed if self.decode_step_s is None else (1 - a) * self.decode_step_s + a * elapsed
-        elif num_tokens - num_decode >= 16:
-            per = elapsed / num_tokens
-            self.prefill_token_s = per if self.prefill_token_s is None else (1 - a) * self.prefill_token_s + a * per
 
 
 class Engine:
@@ -124,7 +109,7 @@ class Engine:
         )
         self.runner = ModelRunner(model, num_blocks, cfg.block_size)
         self.sampler = Sampler(vocab_size, self.device, eos_token_ids)
-        self.timer = _StepTimer()
+        self.timer = StepTimer()
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._by_id: dict[str, Sequence] = {}  # engine-thread view of live requests
         self._sinks: dict[str, Sink] = {}
@@ -206,12 +191,13 @@ class Engine:
             )
         return ids
 
+    def _joining_batch(self) -> int:
+        """Sequences a request arriving now would decode alongside (itself included)."""
+        return min(len(self.scheduler.running) + self._waiting_count + 1, self.config.max_num_seqs)
+
     def _estimate_s(self, ahead_tokens: int, prompt_tokens: int, max_tokens: int) -> float | None:
-        t = self.timer
-        if t.decode_step_s is None and t.prefill_token_s is None:
-            return None
-        prefill = (t.prefill_token_s or 0.0) * (ahead_tokens + prompt_tokens)
-        return prefill + (t.decode_step_s or 0.0) * max_tokens
+        return self.timer.estimate_s(batch=self._joining_batch(), ahead_tokens=ahead_tokens,
+                                     prompt_tokens=prompt_tokens, max_tokens=max_tokens)
 
     def _submit(
         self,
@@ -395,7 +381,8 @@ class Engine:
         s.update(
             steps=self._steps, tokens_generated=self._tokens_generated, failed_steps=self._failed_steps,
             failed=self.failed,
-            decode_step_s=self.timer.decode_step_s, prefill_token_s=self.timer.prefill_token_s,
+            decode_step_s=self.timer.decode_step_s(self._joining_batch()), prefill_token_s=self.timer.prefill_token_s(),
+            decode_step_s_by_batch=self.timer.by_batch(),
             model_id=self.model_id, device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
         )
         return s
@@ -563,7 +550,8 @@ class Engine:
         self._drop_expired()
         if not self.scheduler.has_work():
             return
-        t0 = time.perf_counter()
+        clock = self.timer.clock
+        t0 = clock()
         out: SchedulerOutput = self.scheduler.schedule()
         for it in out.items:
             self._uncount_waiting(it.seq)
@@ -582,7 +570,7 @@ class Engine:
                 self._accept(seq, tok, lp, now)
         self._steps += 1
         num_decode = sum(1 for it in out.items if it.num_new_tokens == 1)
-        self.timer.record(time.perf_counter() - t0, out.num_tokens, num_decode)
+        self.timer.record(clock() - t0, out.num_tokens, num_decode)
 
     def _finish_after_schedule(self, seq: Sequence) -> None:
         # The scheduler already ended it (pool too small to continue); tell the consumer.
