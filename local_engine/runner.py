@@ -1,7 +1,7 @@
 """Model runner: turns a scheduled step into tensors, runs the forward pass, returns fp32 logits.
 
-Owns the preallocated KV pool (one tensor for keys, one for values, `[layers, kv_heads, blocks*block_size,
-head_dim]`), so a step allocates only its activations. A token at position p of a sequence lives in slot
+Owns the preallocated KV pool (one tensor, `[layers, 2 * kv_heads, blocks*block_size, head_dim]`: key heads
+then value heads), so a step allocates only its activations. A token at position p of a sequence lives in slot
 `block_table[p // block_size] * block_size + p % block_size`.
 """
 
@@ -22,13 +22,12 @@ class CausalLM(Protocol):
     dtype: torch.dtype
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-        batch: AttentionBatch,
+        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, batch: AttentionBatch
     ) -> torch.Tensor: ...
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
 
-    def new_kv_cache(self, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def new_kv_cache(self, num_slots: int) -> torch.Tensor: ...
 
     def kv_bytes_per_token(self) -> int: ...
 
@@ -39,7 +38,7 @@ class ModelRunner:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.device = model.device
-        self.k_cache, self.v_cache = model.new_kv_cache(num_blocks * block_size)
+        self.kv_cache = model.new_kv_cache(num_blocks * block_size)
         bs = block_size
         self._offsets = torch.arange(bs, dtype=torch.long)
 
@@ -121,7 +120,7 @@ class ModelRunner:
     def run(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor | None, list[int]]:
         """fp32 logits [N, vocab] for the items that sample this step, and each item's row in them (-1: none)."""
         input_ids, positions, batch, rows = self.prepare(items)
-        hidden = self.model.forward(input_ids, positions, self.k_cache, self.v_cache, batch)
+        hidden = self.model.forward(input_ids, positions, self.kv_cache, batch)
         wanted = [r for r in rows if r >= 0]
         if not wanted:
             return None, [-1] * len(items)

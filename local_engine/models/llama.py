@@ -107,8 +107,31 @@ def _rope_inv_freq(arch: LlamaArch) -> torch.Tensor:
     return inv.to(torch.float32)
 
 
+def _interleave_rope_rows(w: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
+    """Reorder each head's output rows from HF's halves layout (i pairs with i + D/2) to adjacent pairs.
+
+    RoPE then becomes one complex multiply over `[..., D/2, 2]` views. Attention is unchanged: scores are
+    dot products over the head dim, and q and k get the same permutation.
+    """
+    half = head_dim // 2
+    order = torch.stack((torch.arange(half), torch.arange(half) + half), dim=1).reshape(-1)
+    return w.view(heads, head_dim, -1)[:, order].reshape(heads * head_dim, -1)
+
+
 class LlamaModel:
-    """Weights + forward. Not an nn.Module: no hooks, no parameter registry, just tensors on one device."""
+    """Weights + forward. Not an nn.Module: no hooks, no parameter registry, just tensors on one device.
+
+    Eager CPU decode is dominated by per-op dispatch once the weight GEMVs are counted, so the layer is
+    arranged to launch as few ops as possible (~24 per layer):
+    - the RMSNorm weights are folded into the columns of the matrix that consumes the norm (qkv, gate_up),
+      so a norm is 5 small ops (HF's formula: x * rsqrt(mean(x^2) + eps)) and no weight multiply;
+    - in fp32/fp64, RoPE is one in-place complex multiply on q and k together (rows reordered at load,
+      see `_interleave_rope_rows`), and the 1/sqrt(head_dim) attention scale rides in the q half of the
+      rotation table; bf16/fp16 (no complex type) use the rotate-half form;
+    - keys and values share one cache tensor, `[layers, 2 * kv_heads, slots, head_dim]`, so a step writes
+      them with one `index_copy_` and gathers them with one `index_select`;
+    - residual adds and the SwiGLU product run in place.
+    """
 
     def __init__(self, arch: LlamaArch, weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype):
         self.arch = arch
@@ -118,19 +141,26 @@ class LlamaModel:
         self.lm_head = weights["lm_head"]
         self.norm = weights["norm"]
         self.layers: list[dict[str, torch.Tensor]] = weights["layers"]  # type: ignore[assignment]
+        self._layer_tuples = [(w["qkv"], w["o"], w["gate_up"], w["down"]) for w in self.layers]
         self.q_size = arch.num_heads * arch.head_dim
         self.kv_size = arch.num_kv_heads * arch.head_dim
         self.scale = 1.0 / math.sqrt(arch.head_dim)
+        self.complex_rope = bool(weights.get("complex_rope", False))
         self.gemm_threads: int | None = None  # CPU threads for weight GEMMs (None: the caller's setting)
-        # cos/sin table in the model dtype, as HF applies RoPE ([pos, head_dim], halves duplicated).
         inv = _rope_inv_freq(arch)
         t = torch.arange(arch.max_position_embeddings, dtype=torch.float32)
-        freqs = torch.outer(t, inv)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.cos_table = emb.cos().to(device=device, dtype=dtype)
-        sin = emb.sin()
-        sin[:, : arch.head_dim // 2] *= -1  # [-sin, sin]: rotate_half's sign folded into the table
-        self.signed_sin_table = sin.to(device=device, dtype=dtype)
+        freqs = torch.outer(t, inv)  # [pos, D/2]
+        if self.complex_rope:
+            cis = torch.polar(torch.ones_like(freqs), freqs)
+            self.cis_k = cis.to(device=device, dtype=_complex_of(dtype))
+            self.cis_q = (cis * self.scale).to(device=device, dtype=_complex_of(dtype))
+        else:
+            # cos/sin in the model dtype, as HF applies RoPE ([pos, head_dim], halves duplicated).
+            emb = torch.cat((freqs, freqs), dim=-1)
+            self.cos_table = emb.cos().to(device=device, dtype=dtype)
+            sin = emb.sin()
+            sin[:, : arch.head_dim // 2] *= -1  # [-sin, sin]: rotate_half's sign folded into the table
+            self.signed_sin_table = sin.to(device=device, dtype=dtype)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -140,62 +170,67 @@ class LlamaModel:
         def get(name: str) -> torch.Tensor:
             if name not in sd:
                 raise KeyError(f"weight {name!r} missing from the checkpoint")
-            return sd[name].to(device=device, dtype=dtype).contiguous()
+            return sd[name].to(dtype=torch.float32)
 
+        def put(w: torch.Tensor) -> torch.Tensor:
+            return w.to(device=device, dtype=dtype).contiguous()
+
+        complex_rope = dtype in (torch.float32, torch.float64) and arch.head_dim % 2 == 0
+        H, KVH, D = arch.num_heads, arch.num_kv_heads, arch.head_dim
         layers = []
         for i in range(arch.num_layers):
             p = f"model.layers.{i}."
+            q, k = get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight")
+            if complex_rope:
+                q, k = _interleave_rope_rows(q, H, D), _interleave_rope_rows(k, KVH, D)
+            qkv = torch.cat([q, k, get(p + "self_attn.v_proj.weight")], dim=0)
+            gate_up = torch.cat([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], dim=0)
+            # Fold each RMSNorm's weight into the columns of the matrix that reads the normalised vector.
             layers.append(
                 {
-                    "ln1": get(p + "input_layernorm.weight"),
-                    "qkv": torch.cat(
-                        [get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
-                         get(p + "self_attn.v_proj.weight")], dim=0
-                    ).contiguous(),
-                    "o": get(p + "self_attn.o_proj.weight"),
-                    "ln2": get(p + "post_attention_layernorm.weight"),
-                    "gate_up": torch.cat(
-                        [get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")], dim=0
-                    ).contiguous(),
-                    "down": get(p + "mlp.down_proj.weight"),
+                    "qkv": put(qkv * get(p + "input_layernorm.weight")),
+                    "o": put(get(p + "self_attn.o_proj.weight")),
+                    "gate_up": put(gate_up * get(p + "post_attention_layernorm.weight")),
+                    "down": put(get(p + "mlp.down_proj.weight")),
                 }
             )
-        embed = get("model.embed_tokens.weight")
+        embed = put(get("model.embed_tokens.weight"))
         if arch.tie_word_embeddings or "lm_head.weight" not in sd:
             lm_head = embed
         else:
-            lm_head = get("lm_head.weight")
+            lm_head = put(get("lm_head.weight"))
         weights: dict[str, Any] = {
-            "embed": embed, "lm_head": lm_head, "norm": get("model.norm.weight"), "layers": layers
+            "embed": embed, "lm_head": lm_head, "norm": put(get("model.norm.weight")), "layers": layers,
+            "complex_rope": complex_rope,
         }
         return cls(arch, weights, device, dtype)
 
-    def new_kv_cache(self, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Preallocated pool: [layers, kv_heads, slots, head_dim] for keys and for values.
+    def new_kv_cache(self, num_slots: int) -> torch.Tensor:
+        """Preallocated pool `[layers, 2 * kv_heads, slots, head_dim]`: key heads, then value heads.
 
         Head-major so a sequence's gathered keys for one KV head are contiguous `[ctx, head_dim]` rows, the
         layout a batched matmul reads without copying.
         """
         a = self.arch
-        shape = (a.num_layers, a.num_kv_heads, num_slots, a.head_dim)
-        return (torch.zeros(shape, device=self.device, dtype=self.dtype),
-                torch.zeros(shape, device=self.device, dtype=self.dtype))
+        shape = (a.num_layers, 2 * a.num_kv_heads, num_slots, a.head_dim)
+        return torch.zeros(shape, device=self.device, dtype=self.dtype)
 
     def kv_bytes_per_token(self) -> int:
         a = self.arch
         return 2 * a.num_layers * a.num_kv_heads * a.head_dim * torch.empty((), dtype=self.dtype).element_size()
 
     # ------------------------------------------------------------------ forward
-    def _rms_norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), w, self.arch.rms_norm_eps)
+    def _normalized(self, x: torch.Tensor) -> torch.Tensor:
+        """x * rsqrt(mean(x^2) + eps), HF's order of operations (in fp32, as HF does for half types); the norm
+        weight is folded into the next GEMM."""
+        if x.dtype != torch.float32:
+            xf = x.float()
+            return (xf * xf.pow(2).mean(-1, keepdim=True).add_(self.arch.rms_norm_eps).rsqrt_()).to(x.dtype)
+        r = x.pow(2).mean(-1, keepdim=True).add_(self.arch.rms_norm_eps).rsqrt_()
+        return x * r
 
     def forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        batch: AttentionBatch,
+        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, batch: AttentionBatch
     ) -> torch.Tensor:
         """Hidden states [T, hidden] for the T new tokens; writes their K/V into the cache.
 
@@ -203,73 +238,85 @@ class LlamaModel:
         fork/join of a parallel region for a tiny op (bmm, softmax, norms) costs more than the op, badly so
         on a loaded machine (see `threads.py`). The GEMMs get `gemm_threads`.
         """
-        a = self.arch
         T = input_ids.shape[0]
-        H, KVH, D = a.num_heads, a.num_kv_heads, a.head_dim
-        half = D // 2
-        qs, kvs = self.q_size, self.kv_size
         omp = omp_set_num_threads() if self.device.type == "cpu" else None
         entry_threads = torch.get_num_threads()
         threads = self.gemm_threads or entry_threads
         toggle = omp is not None and threads > 1 and T <= 64
-        set_threads: Callable[[int], None] = omp or _noop
+        many: Callable[[int], None] = omp if (omp is not None and toggle) else _noop
         if omp is not None:
             omp(1 if toggle else threads)
-        cos = self.cos_table.index_select(0, positions).unsqueeze(1)  # [T, 1, D]
-        sin = self.signed_sin_table.index_select(0, positions).unsqueeze(1)
+        rope = self._rope_tables(positions)
+        normalized = self._normalized
+        attention = self._attention
         residual = self.embed.index_select(0, input_ids)
-        h = self._rms_norm(residual, self.layers[0]["ln1"])
-        n_layers = len(self.layers)
-        for li, w in enumerate(self.layers):
-            if toggle:
-                set_threads(threads)
-            qkv = F.linear(h, w["qkv"])
-            if toggle:
-                set_threads(1)
-            # RoPE on q and k together: x*cos + rotate_half(x)*sin, with rotate_half(x)*sin computed as
-            # roll(x, D/2) * [-sin, sin] (same products, one op fewer).
-            qk = qkv[:, : qs + kvs].view(T, H + KVH, D)
-            qk = qk * cos + torch.roll(qk, half, dims=-1) * sin
-            v = qkv[:, qs + kvs :].view(T, KVH, D)
-            attn = self._attention(qk[:, :H], qk[:, H:], v, k_cache[li], v_cache[li], batch)
-            if toggle:
-                set_threads(threads)
-            o = F.linear(attn, w["o"])
-            if toggle:
-                set_threads(1)
-            residual = residual + o
-            h = self._rms_norm(residual, w["ln2"])
-            if toggle:
-                set_threads(threads)
-            gu = F.linear(h, w["gate_up"])
-            if toggle:
-                set_threads(1)
+        for li, (w_qkv, w_o, w_gate_up, w_down) in enumerate(self._layer_tuples):
+            h = normalized(residual)
+            many(threads)
+            qkv = F.linear(h, w_qkv)
+            many(1)
+            self._apply_rope(qkv, rope, T)
+            attn = attention(qkv, kv_cache[li], batch)
+            many(threads)
+            o = F.linear(attn, w_o)
+            many(1)
+            residual.add_(o)
+            h = normalized(residual)
+            many(threads)
+            gu = F.linear(h, w_gate_up)
+            many(1)
             inter = gu.shape[-1] // 2
-            act = F.silu(gu[:, :inter]) * gu[:, inter:]
-            if toggle:
-                set_threads(threads)
-            down = F.linear(act, w["down"])
-            if toggle:
-                set_threads(1)
-            residual = residual + down
-            if li + 1 < n_layers:
-                h = self._rms_norm(residual, self.layers[li + 1]["ln1"])
+            act = F.silu(gu[:, :inter])
+            act.mul_(gu[:, inter:])
+            many(threads)
+            down = F.linear(act, w_down)
+            many(1)
+            residual.add_(down)
         if omp is not None:
             omp(entry_threads)
         return residual
 
-    def _attention(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor,
-        batch: AttentionBatch,
-    ) -> torch.Tensor:
-        """Store this step's k/v in the layer's cache ([KVH, slots, D]) and attend; returns [T, H*D]."""
+    def _rope_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Per-step rotation tables, shared by every layer."""
+        T = positions.shape[0]
+        a = self.arch
+        if self.complex_rope:
+            half = a.head_dim // 2
+            cq = self.cis_q.index_select(0, positions).unsqueeze(1).expand(T, a.num_heads, half)
+            ck = self.cis_k.index_select(0, positions).unsqueeze(1).expand(T, a.num_kv_heads, half)
+            return (torch.cat((cq, ck), dim=1),)  # [T, H + KVH, D/2]
+        cos = self.cos_table.index_select(0, positions).unsqueeze(1)  # [T, 1, D]
+        sin = self.signed_sin_table.index_select(0, positions).unsqueeze(1)
+        return cos, sin
+
+    def _apply_rope(self, qkv: torch.Tensor, rope: tuple[torch.Tensor, ...], T: int) -> None:
+        """Rotate q and k in place inside the fused qkv output."""
+        a = self.arch
+        n, D = a.num_heads + a.num_kv_heads, a.head_dim
+        qk = qkv[:, : self.q_size + self.kv_size]
+        if self.complex_rope:
+            torch.view_as_complex(qk.view(T, n, D // 2, 2)).mul_(rope[0])
+            return
+        # x*cos + rotate_half(x)*sin, with rotate_half(x)*sin computed as roll(x, D/2) * [-sin, sin].
+        cos, sin = rope
+        x = qk.view(T, n, D)
+        x.copy_(x * cos + torch.roll(x, D // 2, dims=-1) * sin)
+        x[:, : a.num_heads].mul_(self.scale)
+
+    def _attention(self, qkv: torch.Tensor, kvc: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
+        """Store this step's k/v in the layer's cache ([2*KVH, slots, D]) and attend; returns [T, H*D].
+
+        q arrives already scaled by 1/sqrt(head_dim).
+        """
         a = self.arch
         H, KVH, D = a.num_heads, a.num_kv_heads, a.head_dim
         G = H // KVH
-        scale = self.scale
+        T = qkv.shape[0]
         nd = batch.num_decode
-        kc.index_copy_(1, batch.slot_mapping, k.transpose(0, 1))
-        vc.index_copy_(1, batch.slot_mapping, v.transpose(0, 1))
+        q = qkv[:, : self.q_size]
+        kv_new = qkv[:, self.q_size :].view(T, 2 * KVH, D)
+        kvc.index_copy_(1, batch.slot_mapping, kv_new.transpose(0, 1))
+        fp32 = kvc.dtype == torch.float32
         outs = []
         if nd:
             # Batched decode as one grouped matmul over (kv head, sequence): the G query heads of a KV head
@@ -277,24 +324,25 @@ class LlamaModel:
             gather = batch.decode_gather
             assert gather is not None
             B, L = gather.shape
-            kg = kc.index_select(1, gather.view(-1)).view(KVH * B, L, D)
-            vg = vc.index_select(1, gather.view(-1)).view(KVH * B, L, D)
+            kvg = kvc.index_select(1, gather.view(-1))  # [2*KVH, B*L, D]
+            kg = kvg[:KVH].view(KVH * B, L, D)
+            vg = kvg[KVH:].view(KVH * B, L, D)
             qd = q[:nd].reshape(B, KVH, G, D)
             qd = qd.view(KVH * B, G, D) if B == 1 else qd.transpose(0, 1).reshape(KVH * B, G, D)
             scores = torch.bmm(qd, kg.transpose(1, 2))
             if batch.decode_mask is not None:
                 scores = scores.view(KVH, B, G, L).add_(batch.decode_mask).view(KVH * B, G, L)
-            probs = torch.softmax(scores.mul_(scale), dim=-1, dtype=torch.float32).to(vg.dtype)
+            probs = torch.softmax(scores, dim=-1) if fp32 else torch.softmax(scores, -1, torch.float32).to(vg.dtype)
             od = torch.bmm(probs, vg)  # [KVH*B, G, D]
             od = od.view(B, H * D) if B == 1 else od.view(KVH, B, G, D).transpose(0, 1).reshape(B, H * D)
             outs.append(od)
         for span in batch.prefills:
             n = span.end - span.start
             ctx = span.gather.shape[0]
-            kg = kc.index_select(1, span.gather)  # [KVH, ctx, D]
-            vg = vc.index_select(1, span.gather)
+            kvg = kvc.index_select(1, span.gather)  # [2*KVH, ctx, D]
+            kg, vg = kvg[:KVH], kvg[KVH:]
             qp = q[span.start : span.end].reshape(n, KVH, G, D).permute(1, 2, 0, 3).reshape(KVH, G * n, D)
-            scores = torch.bmm(qp, kg.transpose(1, 2)).view(KVH, G, n, ctx).mul_(scale)
+            scores = torch.bmm(qp, kg.transpose(1, 2)).view(KVH, G, n, ctx)
             if span.mask is not None:
                 scores = scores.add_(span.mask)
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vg.dtype)
@@ -304,4 +352,9 @@ class LlamaModel:
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits for the given rows of final hidden states (masks and sampling work in fp32)."""
-        return F.linear(self._rms_norm(hidden, self.norm), self.lm_head).float()
+        h = F.rms_norm(hidden, (hidden.shape[-1],), self.norm, self.arch.rms_norm_eps)
+        return F.linear(h, self.lm_head).float()
+
+
+def _complex_of(dtype: torch.dtype) -> torch.dtype:
+    return torch.complex128 if dtype == torch.float64 else torch.complex64
