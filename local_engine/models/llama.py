@@ -130,7 +130,8 @@ class LlamaModel:
       rotation table; bf16/fp16 (no complex type) use the rotate-half form;
     - keys and values share one cache tensor, `[layers, 2 * kv_heads, slots, head_dim]`, so a step writes
       them with one `index_copy_` and gathers them with one `index_select`;
-    - residual adds and the SwiGLU product run in place.
+    - residual adds and the SwiGLU product run in place, and GEMMs write into per-step buffers whose
+      views are built once per step, not per layer.
     """
 
     def __init__(self, arch: LlamaArch, weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype):
@@ -141,7 +142,8 @@ class LlamaModel:
         self.lm_head = weights["lm_head"]
         self.norm = weights["norm"]
         self.layers: list[dict[str, torch.Tensor]] = weights["layers"]  # type: ignore[assignment]
-        self._layer_tuples = [(w["qkv"], w["o"], w["gate_up"], w["down"]) for w in self.layers]
+        # Transposed views: `torch.mm(x, w.t(), out=...)` is what F.linear runs, minus its allocation.
+        self._layer_tuples = [(w["qkv"].t(), w["o"].t(), w["gate_up"].t(), w["down"].t()) for w in self.layers]
         self.q_size = arch.num_heads * arch.head_dim
         self.kv_size = arch.num_kv_heads * arch.head_dim
         self.scale = 1.0 / math.sqrt(arch.head_dim)
@@ -234,11 +236,17 @@ class LlamaModel:
     ) -> torch.Tensor:
         """Hidden states [T, hidden] for the T new tokens; writes their K/V into the cache.
 
+        Every layer writes its GEMM outputs into the same per-step buffers, so the views over them (q, the
+        complex q/k for RoPE, the new K/V, gate and up) are built once per step, not once per layer.
+
         On CPU, small steps (decode) run everything but the weight matmuls on one OpenMP thread: the
         fork/join of a parallel region for a tiny op (bmm, softmax, norms) costs more than the op, badly so
         on a loaded machine (see `threads.py`). The GEMMs get `gemm_threads`.
         """
+        a = self.arch
         T = input_ids.shape[0]
+        KVH, D = a.num_kv_heads, a.head_dim
+        qs, kvs = self.q_size, self.kv_size
         omp = omp_set_num_threads() if self.device.type == "cpu" else None
         entry_threads = torch.get_num_threads()
         threads = self.gemm_threads or entry_threads
@@ -246,109 +254,140 @@ class LlamaModel:
         many: Callable[[int], None] = omp if (omp is not None and toggle) else _noop
         if omp is not None:
             omp(1 if toggle else threads)
-        rope = self._rope_tables(positions)
+        dev, dt = self.device, self.dtype
+        inter = a.intermediate_size
+        qkv = torch.empty(T, qs + 2 * kvs, device=dev, dtype=dt)
+        o = torch.empty(T, a.hidden_size, device=dev, dtype=dt)
+        gu = torch.empty(T, 2 * inter, device=dev, dtype=dt)
+        down = torch.empty(T, a.hidden_size, device=dev, dtype=dt)
+        gate, up = gu[:, :inter], gu[:, inter:]
+        kv_new = qkv[:, qs:].view(T, 2 * KVH, D).transpose(0, 1)  # [2*KVH, T, D], the cache's layout
+        rotate = self._rotation(qkv, positions)
+        attend = self._attention_plan(qkv, batch)
         normalized = self._normalized
-        attention = self._attention
+        slots = batch.slot_mapping
         residual = self.embed.index_select(0, input_ids)
-        for li, (w_qkv, w_o, w_gate_up, w_down) in enumerate(self._layer_tuples):
+        for kvc, (w_qkv, w_o, w_gate_up, w_down) in zip(kv_cache.unbind(0), self._layer_tuples, strict=True):
             h = normalized(residual)
             many(threads)
-            qkv = F.linear(h, w_qkv)
+            torch.mm(h, w_qkv, out=qkv)
             many(1)
-            self._apply_rope(qkv, rope, T)
-            attn = attention(qkv, kv_cache[li], batch)
+            rotate()
+            kvc.index_copy_(1, slots, kv_new)
+            attn = attend(kvc)
             many(threads)
-            o = F.linear(attn, w_o)
+            torch.mm(attn, w_o, out=o)
             many(1)
             residual.add_(o)
             h = normalized(residual)
             many(threads)
-            gu = F.linear(h, w_gate_up)
+            torch.mm(h, w_gate_up, out=gu)
             many(1)
-            inter = gu.shape[-1] // 2
-            act = F.silu(gu[:, :inter])
-            act.mul_(gu[:, inter:])
+            F.silu(gate, inplace=True).mul_(up)
             many(threads)
-            down = F.linear(act, w_down)
+            torch.mm(gate, w_down, out=down)
             many(1)
             residual.add_(down)
         if omp is not None:
             omp(entry_threads)
         return residual
 
-    def _rope_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Per-step rotation tables, shared by every layer."""
+    def _rotation(self, qkv: torch.Tensor, positions: torch.Tensor) -> Callable[[], None]:
+        """RoPE for this step's q and k, in place inside the qkv buffer (tables and views built once per step)."""
+        a = self.arch
         T = positions.shape[0]
-        a = self.arch
-        if self.complex_rope:
-            half = a.head_dim // 2
-            cq = self.cis_q.index_select(0, positions).unsqueeze(1).expand(T, a.num_heads, half)
-            ck = self.cis_k.index_select(0, positions).unsqueeze(1).expand(T, a.num_kv_heads, half)
-            return (torch.cat((cq, ck), dim=1),)  # [T, H + KVH, D/2]
-        cos = self.cos_table.index_select(0, positions).unsqueeze(1)  # [T, 1, D]
-        sin = self.signed_sin_table.index_select(0, positions).unsqueeze(1)
-        return cos, sin
-
-    def _apply_rope(self, qkv: torch.Tensor, rope: tuple[torch.Tensor, ...], T: int) -> None:
-        """Rotate q and k in place inside the fused qkv output."""
-        a = self.arch
-        n, D = a.num_heads + a.num_kv_heads, a.head_dim
+        n, D, half = a.num_heads + a.num_kv_heads, a.head_dim, a.head_dim // 2
         qk = qkv[:, : self.q_size + self.kv_size]
         if self.complex_rope:
-            torch.view_as_complex(qk.view(T, n, D // 2, 2)).mul_(rope[0])
-            return
-        # x*cos + rotate_half(x)*sin, with rotate_half(x)*sin computed as roll(x, D/2) * [-sin, sin].
-        cos, sin = rope
+            cq = self.cis_q.index_select(0, positions).unsqueeze(1).expand(T, a.num_heads, half)
+            ck = self.cis_k.index_select(0, positions).unsqueeze(1).expand(T, a.num_kv_heads, half)
+            table = torch.cat((cq, ck), dim=1)  # [T, H + KVH, D/2]
+            qk_c = torch.view_as_complex(qk.view(T, n, half, 2))
+
+            def rotate_complex() -> None:
+                qk_c.mul_(table)
+
+            return rotate_complex
+        # bf16/fp16: x*cos + rotate_half(x)*sin, with rotate_half(x)*sin as roll(x, D/2) * [-sin, sin].
+        cos = self.cos_table.index_select(0, positions).unsqueeze(1)  # [T, 1, D]
+        sin = self.signed_sin_table.index_select(0, positions).unsqueeze(1)
         x = qk.view(T, n, D)
-        x.copy_(x * cos + torch.roll(x, D // 2, dims=-1) * sin)
-        x[:, : a.num_heads].mul_(self.scale)
+        q = x[:, : a.num_heads]
+        scale = self.scale
 
-    def _attention(self, qkv: torch.Tensor, kvc: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
-        """Store this step's k/v in the layer's cache ([2*KVH, slots, D]) and attend; returns [T, H*D].
+        def rotate() -> None:
+            x.copy_(x * cos + torch.roll(x, half, dims=-1) * sin)
+            q.mul_(scale)
 
-        q arrives already scaled by 1/sqrt(head_dim).
+        return rotate
+
+    def _attention_plan(self, qkv: torch.Tensor, batch: AttentionBatch) -> Callable[[torch.Tensor], torch.Tensor]:
+        """A per-layer attention function over the layer's cache `[2*KVH, slots, D]`, returning [T, H*D].
+
+        q arrives already scaled by 1/sqrt(head_dim). Buffers and views that do not depend on the layer are
+        made here, once per step.
         """
         a = self.arch
         H, KVH, D = a.num_heads, a.num_kv_heads, a.head_dim
         G = H // KVH
-        T = qkv.shape[0]
         nd = batch.num_decode
         q = qkv[:, : self.q_size]
-        kv_new = qkv[:, self.q_size :].view(T, 2 * KVH, D)
-        kvc.index_copy_(1, batch.slot_mapping, kv_new.transpose(0, 1))
-        fp32 = kvc.dtype == torch.float32
-        outs = []
+        fp32 = self.dtype == torch.float32
+        dev, dt = self.device, self.dtype
+
+        def softmax(scores: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(scores, -1) if fp32 else torch.softmax(scores, -1, torch.float32).to(dt)
+
+        decode: Callable[[torch.Tensor], torch.Tensor] | None = None
         if nd:
             # Batched decode as one grouped matmul over (kv head, sequence): the G query heads of a KV head
             # share its gathered keys/values, read once; KV heads are never repeated.
             gather = batch.decode_gather
             assert gather is not None
             B, L = gather.shape
-            kvg = kvc.index_select(1, gather.view(-1))  # [2*KVH, B*L, D]
-            kg = kvg[:KVH].view(KVH * B, L, D)
+            flat = gather.reshape(-1)
+            kvg = torch.empty(2 * KVH, B * L, D, device=dev, dtype=dt)
+            kg_t = kvg[:KVH].view(KVH * B, L, D).transpose(1, 2)
             vg = kvg[KVH:].view(KVH * B, L, D)
-            qd = q[:nd].reshape(B, KVH, G, D)
-            qd = qd.view(KVH * B, G, D) if B == 1 else qd.transpose(0, 1).reshape(KVH * B, G, D)
-            scores = torch.bmm(qd, kg.transpose(1, 2))
-            if batch.decode_mask is not None:
-                scores = scores.view(KVH, B, G, L).add_(batch.decode_mask).view(KVH * B, G, L)
-            probs = torch.softmax(scores, dim=-1) if fp32 else torch.softmax(scores, -1, torch.float32).to(vg.dtype)
-            od = torch.bmm(probs, vg)  # [KVH*B, G, D]
-            od = od.view(B, H * D) if B == 1 else od.view(KVH, B, G, D).transpose(0, 1).reshape(B, H * D)
-            outs.append(od)
-        for span in batch.prefills:
-            n = span.end - span.start
-            ctx = span.gather.shape[0]
-            kvg = kvc.index_select(1, span.gather)  # [2*KVH, ctx, D]
-            kg, vg = kvg[:KVH], kvg[KVH:]
-            qp = q[span.start : span.end].reshape(n, KVH, G, D).permute(1, 2, 0, 3).reshape(KVH, G * n, D)
-            scores = torch.bmm(qp, kg.transpose(1, 2)).view(KVH, G, n, ctx)
-            if span.mask is not None:
-                scores = scores.add_(span.mask)
-            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vg.dtype)
-            o = torch.bmm(probs.view(KVH, G * n, ctx), vg).view(KVH, G, n, D)
-            outs.append(o.permute(2, 0, 1, 3).reshape(n, H * D))
-        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
+            mask = batch.decode_mask
+            od = torch.empty(KVH * B, G, D, device=dev, dtype=dt)
+            qd_one = q[:1].view(KVH, G, D) if B == 1 else None
+            out_one = od.view(1, H * D) if B == 1 else None
+
+            def decode_attention(kvc: torch.Tensor) -> torch.Tensor:
+                torch.index_select(kvc, 1, flat, out=kvg)
+                if qd_one is not None:
+                    qd = qd_one
+                else:
+                    qd = q[:nd].reshape(B, KVH, G, D).transpose(0, 1).reshape(KVH * B, G, D)
+                scores = torch.bmm(qd, kg_t)
+                if mask is not None:
+                    scores = scores.view(KVH, B, G, L).add_(mask).view(KVH * B, G, L)
+                torch.bmm(softmax(scores), vg, out=od)
+                if out_one is not None:
+                    return out_one
+                return od.view(KVH, B, G, D).transpose(0, 1).reshape(B, H * D)
+
+            decode = decode_attention
+            if not batch.prefills:
+                return decode
+
+        def attend(kvc: torch.Tensor) -> torch.Tensor:
+            outs = [] if decode is None else [decode(kvc)]
+            for span in batch.prefills:
+                n = span.end - span.start
+                ctx = span.gather.shape[0]
+                kvg_p = kvc.index_select(1, span.gather)  # [2*KVH, ctx, D]
+                kg, vg_p = kvg_p[:KVH], kvg_p[KVH:]
+                qp = q[span.start : span.end].reshape(n, KVH, G, D).permute(1, 2, 0, 3).reshape(KVH, G * n, D)
+                scores = torch.bmm(qp, kg.transpose(1, 2)).view(KVH, G, n, ctx)
+                if span.mask is not None:
+                    scores = scores.add_(span.mask)
+                o = torch.bmm(softmax(scores).view(KVH, G * n, ctx), vg_p).view(KVH, G, n, D)
+                outs.append(o.permute(2, 0, 1, 3).reshape(n, H * D))
+            return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
+
+        return attend
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits for the given rows of final hidden states (masks and sampling work in fp32)."""
