@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass
 from decimal import Decimal
@@ -30,9 +31,18 @@ def data_dir() -> Path:
     return Path(__file__).resolve().parent / "data"
 
 
+def data_path(name: str) -> Path:
+    """The data file to read: `$PARLEY_DATA_DIR/<name>` when present (prices change; users keep their
+    own table), else the shipped one."""
+    override = os.environ.get("PARLEY_DATA_DIR")
+    if override and (Path(override) / name).is_file():
+        return Path(override) / name
+    return data_dir() / name
+
+
 @functools.cache
 def load_data(name: str) -> dict[str, Any]:
-    path = data_dir() / name
+    path = data_path(name)
     try:
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

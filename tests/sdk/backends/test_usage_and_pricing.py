@@ -118,3 +118,24 @@ def test_model_facts_come_from_data() -> None:
     unknown = model_info("anthropic", "claude-next")
     assert unknown["known"] is False and unknown["min_cache_tokens"] == 1024
     assert model_info("openai", "gpt-4o")["reasoning"] is False
+
+
+def test_a_user_price_table_overrides_the_shipped_one(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from parley import pricing
+
+    table = {"providers": {"anthropic": {"multipliers": {"cache_write_5m": "1.25", "cache_write_1h": "2",
+                                                          "cache_read": "0.1"},
+                                          "models": {"my-claude": {"input": "2", "output": "10"}}}}}
+    (tmp_path / "pricing.json").write_text(json.dumps(table))
+    monkeypatch.setenv("PARLEY_DATA_DIR", str(tmp_path))
+    pricing.load_data.cache_clear()
+    try:
+        usage = pricing.with_cost(Usage(input_tokens=1_000_000, output_tokens=1_000_000, requests=1),
+                                  "anthropic", "my-claude")
+        assert usage.cost == Decimal("12")
+        assert pricing.price_for("anthropic", "claude-sonnet-4") is None  # the user's table replaced ours
+    finally:
+        monkeypatch.delenv("PARLEY_DATA_DIR")
+        pricing.load_data.cache_clear()
