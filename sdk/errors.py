@@ -38,7 +38,8 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
     │   ├── ParseError
     │   ├── DecodeError
     │   ├── EncodeError                 special-token text where special tokens are disallowed
-    │   └── VocabularyUnavailableError  a local vocabulary file is missing (never downloaded)
+    │   ├── VocabularyUnavailableError  a local vocabulary file is missing (never downloaded)
+    │   └── StrictJsonError             untrusted JSON refused (duplicate keys, NaN, too deep...)
     ├── ConstrainedError                parley.constrained.errors
     │   ├── InvalidSpecError
     │   │   ├── InvalidSchemaError
@@ -108,6 +109,7 @@ from parley.protocol.errors import (
     UnknownRoleError,
     VocabularyUnavailableError,
 )
+from parley.protocol.strict_json import StrictJsonError
 from parley.sandbox.errors import (
     ArtifactError,
     ResultChannelError,
@@ -276,6 +278,7 @@ __all__ = [
     "ServerError",
     "StreamError",
     "StreamInterruptedError",
+    "StrictJsonError",
     "ToolArgumentError",
     "ToolDefinitionError",
     "ToolError",

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from parley.protocol.strict_json import StrictJsonError, loads_strict
 from parley.server.errors import ApiError, invalid
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -31,54 +32,20 @@ class FieldRule(ValueError):
         self.message = message
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON (numbers must be finite)")
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r} in a JSON object")
-        result[key] = value
-    return result
-
-
-def _depth(value: Any, limit: int) -> int:
-    """Nesting depth, iteratively (a deeply nested body must not exhaust the Python stack)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if level > deepest:
-            deepest = level
-            if deepest > limit:
-                return deepest
-        if isinstance(item, dict):
-            stack.extend((child, level + 1) for child in item.values())
-        elif isinstance(item, list):
-            stack.extend((child, level + 1) for child in item)
-    return deepest
-
-
 def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """Parse a request body into a JSON object or raise a 400 that says why."""
+    """Parse a request body into a JSON object or raise a 400 that says why.
+
+    Strict (`parley.protocol.strict_json`): duplicate keys, NaN/Infinity, `1e999` and deep nesting
+    are refused. The body's size was already capped (413) before it was read.
+    """
     if not raw.strip():
         raise invalid("the request body is empty; send a JSON object")
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise invalid(f"the request body is not valid UTF-8 (byte {exc.start})") from None
-    try:
-        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
-    except RecursionError:
-        raise invalid(f"the request body is nested deeper than {MAX_JSON_DEPTH} levels") from None
-    except ValueError as exc:  # JSONDecodeError is a ValueError, as are the hooks' refusals
-        raise invalid(f"the request body is not valid JSON: {exc}") from None
+        value = loads_strict(raw, max_bytes=len(raw), max_depth=MAX_JSON_DEPTH)
+    except StrictJsonError as exc:
+        raise invalid(f"the request body is {exc}" if exc.code == "too_deep" else f"the request body: {exc}") from None
     if not isinstance(value, dict):
         raise invalid(f"the request body must be a JSON object, not {type(value).__name__}")
-    if _depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-        raise invalid(f"the request body is nested deeper than {MAX_JSON_DEPTH} levels")
     return value
 
 

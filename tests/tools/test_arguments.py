@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from parley.protocol import ToolCall
+from parley.protocol.strict_json import nesting_depth
 from parley.tools import ToolArgumentError, ToolExecutor, parse_arguments, tool, validate_arguments
-from parley.tools.arguments import nesting_depth
 
 
 @tool

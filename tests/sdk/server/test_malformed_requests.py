@@ -62,6 +62,12 @@ OPENAI_CASES: list[tuple[str, dict[str, Any] | bytes, int, str | None]] = [
         400,
         None,
     ),
+    (
+        "overflowing number literal (1e999 is not a finite number)",
+        b'{"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "temperature": 1e999}',
+        400,
+        None,
+    ),
     ("duplicate key", b'{"model": "test-model", "model": "x", "messages": []}', 400, None),
     ("not JSON", b'{"model": ', 400, None),
     ("JSON array body", b"[1, 2]", 400, None),
