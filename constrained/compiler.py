@@ -154,6 +154,8 @@ def _json_options(spec: JsonSchema | ToolCalls) -> JsonOptions:
 def _schema_of(spec: JsonSchema | ToolCalls) -> Any:
     if isinstance(spec, JsonSchema):
         return spec.schema_dict()
+    if spec.answer_schema is not None:  # checked and scanned with the calls
+        return {"anyOf": [spec.output_schema(), spec.answer_schema]}
     return spec.output_schema()
 
 

@@ -156,6 +156,10 @@ class ToolCalls:
     `format="hermes"` wraps each call as `<tool_call>{...}</tool_call>` (the ChatML / Hermes
     convention `parley.protocol`'s chat template renders); several calls are separated by a newline.
     `format="json"` emits the bare object (several calls: a JSON array of them).
+
+    `answer_schema`: the model may instead answer directly with a JSON value valid for this schema
+    (an agent with tools on "auto" *and* a structured output type: each turn is either a call or
+    the final answer, and both are grammar-constrained).
     """
 
     tools: tuple[ToolSpec, ...]
@@ -167,6 +171,7 @@ class ToolCalls:
     strict: bool = True
     string_lengths: StringLengths = "grammar"
     max_tokens: int | None = None
+    answer_schema: dict[str, Any] | None = None
     kind: Literal["tool_calls"] = field(default="tool_calls", init=False)
 
     def __init__(
@@ -180,6 +185,7 @@ class ToolCalls:
         max_whitespace: int = 4,
         strict: bool = True,
         max_tokens: int | None = None,
+        answer_schema: dict[str, Any] | None = None,
     ) -> None:
         from parley.constrained.errors import InvalidSpecError
 
@@ -203,6 +209,7 @@ class ToolCalls:
             ("strict", strict),
             ("string_lengths", "grammar"),
             ("max_tokens", max_tokens),
+            ("answer_schema", answer_schema),
             ("kind", "tool_calls"),
         ):
             object.__setattr__(self, key, value)
@@ -236,7 +243,8 @@ class ToolCalls:
     def canonical(self) -> str:
         options: list[Any] = [self.allow_multiple, self.max_calls, self.format, self.whitespace, self.max_whitespace]
         options += [self.strict, self.max_tokens]
-        return f"tool_calls:{_compact(options)}:{_compact(self.call_schema())}"
+        answer = "" if self.answer_schema is None else ":answer:" + _compact(self.answer_schema)
+        return f"tool_calls:{_compact(options)}:{_compact(self.call_schema())}{answer}"
 
 
 Spec = JsonSchema | Regex | Grammar | Choice | ToolCalls

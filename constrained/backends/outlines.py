@@ -199,7 +199,10 @@ class OutlinesBackend:
         return self._index(choice_regex(options))
 
     def tool_calls(self, spec: ToolCalls, options: JsonOptions) -> OutlinesCompiled:
-        return self._index(tool_calls_regex(spec, self._schema_regex(spec.call_schema(), options)))
+        calls = tool_calls_regex(spec, self._schema_regex(spec.call_schema(), options))
+        if spec.answer_schema is not None:
+            calls = f"(?:{calls})|(?:{self._schema_regex(spec.answer_schema, options)})"
+        return self._index(calls)
 
 
 # Index builds run in a worker process under a memory cap: a regex DFA can explode (MaskBench saw

@@ -197,8 +197,15 @@ class XGrammarBackend:
 
     def tool_calls(self, spec: ToolCalls, options: JsonOptions) -> XGrammarCompiled:
         xgr = _xgr()
+        calls = self._tool_calls_grammar(spec, options)
+        if spec.answer_schema is not None:
+            calls = xgr.Grammar.union(calls, self._json_grammar(spec.answer_schema, options))
+        return self._compile(calls)
+
+    def _tool_calls_grammar(self, spec: ToolCalls, options: JsonOptions) -> Any:
+        xgr = _xgr()
         if spec.format == "json":
-            return self._compile(self._json_grammar(spec.output_schema(), options))
+            return self._json_grammar(spec.output_schema(), options)
         call = self._json_grammar(spec.call_schema(), options)
         one = xgr.Grammar.concat(
             xgr.Grammar.from_ebnf(f"root ::= {_literal(HERMES_OPEN)}"),
@@ -206,7 +213,7 @@ class XGrammarBackend:
             xgr.Grammar.from_ebnf(f"root ::= {_literal(HERMES_CLOSE)}"),
         )
         if not spec.allow_multiple:
-            return self._compile(one)
+            return one
         newline = xgr.Grammar.from_ebnf(f"root ::= {_literal(chr(10))}")
         sequences = [one]
         for count in range(2, spec.max_calls + 1):
@@ -214,7 +221,7 @@ class XGrammarBackend:
             for _ in range(count - 1):
                 parts += [newline, one]
             sequences.append(xgr.Grammar.concat(*parts))
-        return self._compile(xgr.Grammar.union(*sequences))
+        return xgr.Grammar.union(*sequences)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -14,9 +14,9 @@ Hooks, composed:
   - ``tool_choice="auto"``: decoding is free until the model writes ``<tool_call>``; from there
     the call is grammar-constrained, so a call the model starts is always well-formed and its
     arguments schema-valid (a small model is not forced to call anything);
+  - ``auto`` tools *and* an output schema: each turn is either a tool call or the final answer,
+    one grammar for both (`ToolCalls(..., answer_schema=...)`), from the first answer token;
   - no tools (or ``"none"``) and an output schema: the answer is constrained to the schema.
-    (With ``auto`` tools *and* an output schema the answer is validated, not constrained, and the
-    agent's repair loop applies.)
 
 The tenant becomes the engine's cache salt (prefix-cache blocks are never shared across tenants);
 `Usage.cache_read_tokens` is the engine's cached prompt tokens, `input_tokens` the rest.
@@ -220,8 +220,9 @@ class LocalBackend:
             callable_tools = tools
             if isinstance(choice, NamedToolChoice):
                 callable_tools = [t for t in tools if t.name == choice.name]
-            spec: Any = ToolCalls(callable_tools, format="hermes")
-            if choice == "auto":
+            answer = request.output_schema if choice == "auto" else None
+            spec: Any = ToolCalls(callable_tools, format="hermes", answer_schema=answer)
+            if choice == "auto" and answer is None:
                 triggers = [TOOL_CALL_OPEN]
         elif request.output_schema is not None:
             spec = JsonSchema(request.output_schema)

@@ -210,3 +210,16 @@ def test_string_lengths_bound_generation_or_go_to_validation(smol_tokenizer: Any
     # auto stays on xgrammar: the caller chose validation for lengths, so outlines enforcing them is no reason to switch
     auto = compile(JsonSchema(schema, string_lengths="validate"), smol_tokenizer)
     assert auto.backend == "xgrammar" and auto.needs_validation
+
+
+@pytest.mark.parametrize("backend", ["xgrammar", "outlines"])
+def test_tool_calls_with_an_answer_schema_admit_a_call_or_a_direct_answer(smol_tokenizer: Any, backend: str) -> None:
+    answer = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+              "additionalProperties": False}
+    spec = ToolCalls(TOOLS, answer_schema=answer)
+    assert spec.canonical() != ToolCalls(TOOLS).canonical()  # distinct compile-cache entries
+    call = '<tool_call>{"name":"add","arguments":{"a":1}}</tool_call>'
+    assert feed(compile(spec, smol_tokenizer, backend=backend), smol_tokenizer, call)  # type: ignore[arg-type]
+    assert feed(compile(spec, smol_tokenizer, backend=backend), smol_tokenizer, '{"city":"Oslo"}')  # type: ignore[arg-type]
+    assert not feed(compile(spec, smol_tokenizer, backend=backend), smol_tokenizer, "Oslo")  # type: ignore[arg-type]
+    assert not feed(compile(spec, smol_tokenizer, backend=backend), smol_tokenizer, '{"town":"Oslo"}')  # type: ignore[arg-type]
