@@ -1,6 +1,6 @@
 """Cheap per-thread control of PyTorch's OpenMP team size on CPU.
 
-A decode step on CPU is ~120 weight GEMVs interleaved with ~900 tiny ops (norms, RoPE, attention on a
+A decode step on CPU is ~120 weight GEMVs interleaved with ~600 tiny ops (norms, RoPE, attention on a
 few hundred keys). The GEMVs want every core; the tiny ops do not, and each OpenMP parallel region they
 open costs a fork/join that, on a busy 2-core machine, can take longer than the op itself.
 `torch.set_num_threads` is the wrong tool to switch per op: it also clears oneDNN's primitive cache and

@@ -1,7 +1,8 @@
 """Llama-architecture forward pass (SmolLM2, TinyLlama, Llama 3.x) over a paged KV cache.
 
 Written for eager CPU speed as much as for clarity: per-layer weights are plain tensors (q/k/v fused
-into one matrix, gate/up into another) so a layer is ~25 tensor ops with no module dispatch. Attention
+into one matrix, gate/up into another, norm weights folded in) so a layer is 24 tensor ops with no module
+dispatch and no per-layer allocation or view (see `LlamaModel`). Attention
 is grouped-query attention computed by a grouped matmul: the query heads sharing a KV head are laid
 side by side, so each cached key/value is read once and KV heads are never repeated.
 
