@@ -122,6 +122,26 @@ async def test_auto_leaves_plain_text_unconstrained(tokenizer: Any) -> None:
     assert response.messages[0].text == "It is sunny." and not engine.rejected
 
 
+ANSWER = {"type": "object", "properties": {"temp_c": {"type": "integer"}}, "required": ["temp_c"],
+          "additionalProperties": False}
+
+
+async def test_auto_with_an_output_schema_admits_the_typed_answer(tokenizer: Any) -> None:
+    backend, engine = backend_for(tokenizer, '{"temp_c":4}<|im_end|>')
+    response = await backend.generate(req(tools=[lookup.spec], tool_choice="auto", output_schema=ANSWER))
+    assert response.messages[0].text == '{"temp_c":4}' and not engine.rejected
+
+
+async def test_auto_with_an_output_schema_admits_a_call_but_not_free_text(tokenizer: Any) -> None:
+    script = '<tool_call>{"name":"lookup","arguments":{"city":"Oslo"}}</tool_call><|im_end|>'
+    backend, engine = backend_for(tokenizer, script)
+    response = await backend.generate(req(tools=[lookup.spec], tool_choice="auto", output_schema=ANSWER))
+    assert [c.name for c in response.messages[0].tool_calls] == ["lookup"] and not engine.rejected
+    backend, engine = backend_for(tokenizer, "It is sunny.<|im_end|>")
+    await backend.generate(req(tools=[lookup.spec], tool_choice="auto", output_schema=ANSWER))
+    assert engine.rejected  # neither a call nor the typed answer: the grammar would not allow it
+
+
 async def test_reasoning_opens_think_and_is_counted(tokenizer: Any) -> None:
     backend, engine = backend_for(
         tokenizer, "one two three four five six seven eight nine ten\n</think>\n\nDone.<|im_end|>"
