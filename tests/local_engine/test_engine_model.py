@@ -1,5 +1,6 @@
-"""The engine with the embedded SmolLM2-135M-Instruct (real weights, CPU, fp32): parity with HF transformers,
-batch invariance, prefix caching across requests and tenants, model loading."""
+"""The engine with the embedded SmolLM2-135M-Instruct (real weights, CPU, fp32): parity with HF transformers
+(greedy tokens, log-probabilities and raw prefill logits), batch invariance, prefix caching across requests and
+tenants, model loading."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from parley.local_engine import Engine, SamplingParams  # noqa: E402
+from parley.local_engine.runner import ModelRunner  # noqa: E402
+from parley.local_engine.scheduler import ScheduledSeq  # noqa: E402
+from parley.local_engine.sequence import Sequence  # noqa: E402
 
 pytestmark = pytest.mark.model
 
@@ -85,6 +89,46 @@ def test_prefill_logprobs_match_hf(smol_engine: Engine, smol_hf: Any) -> None:
     assert list(top) == ref.topk(20).indices.tolist()
     worst = max(abs(v - ref[t].item()) for t, v in top.items())
     assert worst < 2e-4, worst
+
+
+def engine_logits_every_position(engine: Engine, prompt: list[int], chunks: list[int]) -> Any:
+    """fp32 logits at every prompt position from our runner and model, fed in `chunks` (sizes; 1 = a decode step).
+
+    A private pool with a scrambled block table, so later chunks read earlier keys/values back through the paged
+    cache exactly as chunked prefill and decode do in the engine. The engine's own step loop is idle meanwhile.
+    """
+    assert sum(chunks) == len(prompt)
+    runner = ModelRunner(engine.model, num_blocks=8, block_size=16)
+    seq = Sequence("logits", prompt, SamplingParams())
+    seq.block_table = [5, 2, 7, 0, 3][: -(-len(prompt) // 16)]
+    rows = []
+    with torch.inference_mode():
+        for n in chunks:
+            input_ids, positions, batch, _ = runner.prepare([ScheduledSeq.of(seq, n)])
+            rows.append(engine.model.compute_logits(engine.model.forward(input_ids, positions, runner.kv_cache, batch)))
+            seq.num_computed_tokens += n
+    return torch.cat(rows).cpu()
+
+
+def test_prefill_logits_match_hf_at_every_position(smol_engine: Engine, smol_hf: Any) -> None:
+    prompt = chat_ids(smol_engine, QUESTIONS[9] + " Explain it briefly.")
+    assert len(prompt) > 32
+    one_pass = engine_logits_every_position(smol_engine, prompt, [len(prompt)])
+    rest = len(prompt) - 19 - 3
+    chunked = engine_logits_every_position(smol_engine, prompt, [19, rest, 1, 1, 1])  # chunk, chunk, 3 decodes
+    with torch.inference_mode():
+        ref = smol_hf(torch.tensor([prompt], device=smol_hf.device)).logits[0].float().cpu()
+    assert one_pass.shape == chunked.shape == ref.shape == (len(prompt), smol_engine.vocab_size)
+    figures = {}
+    for name, ours in (("one pass", one_pass), ("chunked+decode", chunked)):
+        diff = ours - ref
+        centred = diff - diff.mean(-1, keepdim=True)  # a constant shift per row changes no probability
+        figures[name] = (float(diff[-1].abs().max()), float(diff.abs().max()), float(centred.abs().max()))
+    report = "; ".join(f"{k}: last row {a:.2e}, all rows {b:.2e}, all rows centred {c:.2e}"
+                       for k, (a, b, c) in figures.items())
+    print(f"max |logit ours - HF| over {len(prompt)} positions (logits up to {float(ref.abs().max()):.1f}): {report}")
+    for raw_last, raw_all, centred_all in figures.values():
+        assert raw_last < 5e-4 and raw_all < 5e-4 and centred_all < 5e-4, report
 
 
 def test_sixteen_concurrent_requests_equal_their_solo_runs(smol_engine: Engine) -> None:
