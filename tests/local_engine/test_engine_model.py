@@ -48,7 +48,8 @@ def hf_batch_greedy(hf: Any, prompts: list[list[int]], n: int, pad_id: int) -> l
     with torch.inference_mode():
         out = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
                           pad_token_id=pad_id)
-    return out[:, width:].tolist()
+    rows: list[list[int]] = out[:, width:].tolist()
+    return rows
 
 
 def hf_logit_gap(hf: Any, prefix: list[int], ours: int) -> tuple[int, float]:
@@ -85,6 +86,7 @@ def test_prefill_logprobs_match_hf(smol_engine: Engine, smol_hf: Any) -> None:
     out = smol_engine.generate([prompt], SamplingParams(max_tokens=1, logprobs=20))[0]
     with torch.inference_mode():
         ref = torch.log_softmax(smol_hf(torch.tensor([prompt], device=smol_hf.device)).logits[0, -1].float(), -1).cpu()
+    assert out.logprobs is not None
     top = out.logprobs[0].top
     assert list(top) == ref.topk(20).indices.tolist()
     worst = max(abs(v - ref[t].item()) for t, v in top.items())
