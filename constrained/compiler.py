@@ -39,6 +39,7 @@ from parley.constrained.matcher import Matcher
 from parley.constrained.schema_support import (
     KeywordUse,
     check_schema,
+    pattern_mentions_escape,
     rewrite_patterns,
     scan_keywords,
     strip_keywords,
@@ -118,7 +119,7 @@ def _unenforced(name: str, uses: list[KeywordUse], options: JsonOptions) -> list
     if name == "xgrammar":
         from parley.constrained.backends import xgrammar
 
-        return xgrammar.unenforced(uses, options.lengths_in_grammar)
+        return xgrammar.unenforced(uses, options.lengths_in_grammar, options.strict)
     from parley.constrained.backends import outlines
 
     return outlines.unenforced(uses)
@@ -266,10 +267,14 @@ def _builder(
 
 
 def _strip_set(name: str, missing: list[KeywordUse]) -> set[tuple[str, str]]:
-    if name != "xgrammar":
-        return set()
-    from parley.constrained.backends.xgrammar import STRIPPED
+    """The unenforced uses to remove before `name` sees the schema (it would mis-enforce them)."""
+    if name == "xgrammar":
+        from parley.constrained.backends.xgrammar import STRIPPED
+    else:
+        from parley.constrained.backends.outlines import STRIPPED
 
+        # a pattern next to length bounds is dropped by outlines-core itself; strip only the escaping ones
+        missing = [u for u in missing if u.keyword != "pattern" or pattern_mentions_escape(u.schema["pattern"])]
     return {(use.keyword, use.path) for use in missing if use.keyword in STRIPPED}
 
 

@@ -222,3 +222,46 @@ def strip_keywords(schema: Any, drop: set[tuple[str, str]]) -> Any:
         for keyword in [k for k in sub if (k, path) in drop]:
             del sub[keyword]
     return out
+
+
+# Keywords that constrain only one JSON type (JSON Schema applies them to that type and lets every
+# other type through; xgrammar instead infers the type from them).
+_TYPE_KEYWORDS = {
+    "properties", "patternProperties", "additionalProperties", "required", "minProperties", "maxProperties",
+    "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties",
+    "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains",
+    "minContains", "maxContains", "unevaluatedItems",
+    "minLength", "maxLength", "pattern", "format",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+}  # fmt: skip
+# An untyped subschema with these is left as it is: its type comes from them.
+_TYPE_SOURCES = {"type", "$ref", "enum", "const", "anyOf", "oneOf", "allOf", "not", "if"}
+ALL_TYPES = ["object", "array", "string", "number", "boolean", "null"]
+
+
+def widen_untyped(schema: Any) -> Any:
+    """A copy of `schema` where untyped subschemas with type-specific keywords admit every type.
+
+    `{"items": {"type": "string"}}` constrains arrays only; an object or a number also matches it.
+    xgrammar reads such a schema as `"type": "array"` and rejects those valid values, so the type
+    list is spelled out (`["object", "array", ...]`), which xgrammar applies keyword by type.
+    """
+    if not isinstance(schema, dict):
+        return schema
+    out = copy.deepcopy(schema)
+    for _, sub in iter_subschemas(out):
+        if not _TYPE_SOURCES & sub.keys() and _TYPE_KEYWORDS & sub.keys():
+            sub["type"] = list(ALL_TYPES)
+    return out
+
+
+# A `pattern` that names a backslash or a double quote: both backends match patterns against the raw
+# characters between the JSON quotes, so the escaped forms `\\` and `\"` never match and every value
+# holding one is rejected. Such patterns are left out of the grammar and validated instead. (Wildcards such as `.`
+# or `[^a]` keep the same blind spot: values with `\` or `"` are unreachable, outputs stay valid.)
+_ESCAPE_MENTIONS = re.compile(r'"|\\\\|\\x(?:5[cC]|22)|\\u00(?:5[cC]|22)|\\x\{(?:5[cC]|22)\}')
+
+
+def pattern_mentions_escape(pattern: str) -> bool:
+    """Whether a regex names `\\` or `"` (characters a JSON string carries escaped)."""
+    return bool(_ESCAPE_MENTIONS.search(pattern))

@@ -25,7 +25,7 @@ from parley.constrained.errors import (
     InvalidRegexError,
     UnsupportedSpecError,
 )
-from parley.constrained.schema_support import KeywordUse
+from parley.constrained.schema_support import KeywordUse, pattern_mentions_escape
 from parley.constrained.specs import ToolCalls
 
 if TYPE_CHECKING:
@@ -40,6 +40,8 @@ UNENFORCED = {
     "patternProperties", "uniqueItems",
 }  # fmt: skip
 SUPPORTED_FORMATS = {"date-time", "date", "time", "uuid", "uri", "email"}
+# Unenforced uses of these are removed from the schema before outlines-core sees it.
+STRIPPED = {"pattern"}
 
 
 def _oc() -> Any:
@@ -60,6 +62,8 @@ def unenforced(uses: list[KeywordUse]) -> list[KeywordUse]:
             out.append(use)
         elif use.keyword == "pattern" and ("minLength" in use.schema or "maxLength" in use.schema):
             out.append(use)  # outlines-core keeps the length bounds and drops the pattern
+        elif use.keyword == "pattern" and isinstance(value, str) and pattern_mentions_escape(value):
+            out.append(use)  # stripped: outlines-core matches it against the unescaped characters
     return out
 
 

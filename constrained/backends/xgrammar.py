@@ -22,7 +22,7 @@ from parley.constrained.errors import (
     InvalidRegexError,
     UnsupportedSpecError,
 )
-from parley.constrained.schema_support import KeywordUse
+from parley.constrained.schema_support import KeywordUse, pattern_mentions_escape, widen_untyped
 from parley.constrained.specs import HERMES_CLOSE, HERMES_OPEN, ToolCalls
 
 if TYPE_CHECKING:
@@ -35,12 +35,16 @@ UNENFORCED = {
     "minContains", "maxContains", "multipleOf", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
 }  # fmt: skip
 LENGTHS = {"minLength", "maxLength"}
+# "uri-reference" is left out: xgrammar's rule rejects absolute references ("https://example.com/x").
 SUPPORTED_FORMATS = {
     "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid", "uri",
-    "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
+    "uri-template", "json-pointer", "relative-json-pointer",
 }  # fmt: skip
+BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+# xgrammar refuses integer bounds outside the signed 64-bit range ("precision loss at 64-bit boundary").
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Stripped from the schema before xgrammar sees it (it would enforce them incorrectly or reject them).
-STRIPPED = {"minLength", "maxLength", "format", "patternProperties"}
+STRIPPED = {"minLength", "maxLength", "format", "patternProperties", "pattern"} | BOUNDS
 
 
 def _xgr() -> Any:
@@ -51,7 +55,11 @@ def _xgr() -> Any:
     return xgrammar
 
 
-def unenforced(uses: list[KeywordUse], lengths_in_grammar: bool = True) -> list[KeywordUse]:
+def _out_of_int64(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX
+
+
+def unenforced(uses: list[KeywordUse], lengths_in_grammar: bool = True, strict: bool = True) -> list[KeywordUse]:
     """Keyword uses xgrammar would not enforce.
 
     String length bounds: xgrammar enforces them but then forbids escape sequences in the bounded
@@ -73,8 +81,14 @@ def unenforced(uses: list[KeywordUse], lengths_in_grammar: bool = True) -> list[
             out.append(use)
         elif use.keyword == "allOf" and isinstance(value, list) and len(value) > 1:
             out.append(use)
-        elif use.keyword == "patternProperties" and use.schema.get("additionalProperties", False) is not False:
-            out.append(use)  # xgrammar then admits only pattern keys: stripped, extra keys follow additionalProperties
+        elif use.keyword == "patternProperties" and use.schema.get("additionalProperties", not strict) is not False:
+            # xgrammar then admits only pattern keys (also when additionalProperties is absent and the
+            # spec is not strict): stripped, extra keys follow additionalProperties
+            out.append(use)
+        elif use.keyword == "pattern" and isinstance(value, str) and pattern_mentions_escape(value):
+            out.append(use)
+        elif use.keyword in BOUNDS and _out_of_int64(value):
+            out.append(use)
     return out
 
 
@@ -153,7 +167,7 @@ class XGrammarBackend:
         self._state = _state(tokenizer)
 
     def unenforced(self, uses: list[KeywordUse], options: JsonOptions) -> list[KeywordUse]:
-        return unenforced(uses, options.lengths_in_grammar)
+        return unenforced(uses, options.lengths_in_grammar, options.strict)
 
     def _json_grammar(self, schema: Any, options: JsonOptions) -> Any:
         xgr = _xgr()
@@ -162,6 +176,8 @@ class XGrammarBackend:
             kwargs.update(any_whitespace=False, separators=(",", ":"))
         else:
             kwargs.update(any_whitespace=True, max_whitespace_cnt=options.max_whitespace)
+        if not options.strict:  # JSON Schema semantics: an untyped `{"items": ...}` also admits non-arrays
+            schema = widen_untyped(schema)
         try:
             return xgr.Grammar.from_json_schema(json.dumps(schema), **kwargs)
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError with converter messages

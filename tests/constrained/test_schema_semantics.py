@@ -1,0 +1,90 @@
+"""JSON Schema semantics the grammar backends get wrong on their own, and how `compile` keeps them right.
+
+Each case is a valid instance a compiled matcher once rejected on the MaskBench dev split. The rule
+checked: a valid value is never refused by the mask; what a backend cannot enforce correctly is left
+out of its grammar and recorded in `Matcher.warnings` (`needs_validation`), so outputs are validated.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from parley.constrained import CompileCache, JsonSchema, compile
+from tests.constrained.conftest import feed
+
+
+def accepts(tokenizer: Any, schema: Any, value: Any, *, strict: bool = False, backend: str = "auto") -> bool:
+    spec = JsonSchema(schema, strict=strict, string_lengths="validate")
+    matcher = compile(spec, tokenizer, backend=backend, cache=CompileCache())  # type: ignore[arg-type]
+    return feed(matcher, tokenizer, json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def test_untyped_keywords_constrain_only_their_own_type(smol_tokenizer: Any) -> None:
+    # `items` applies to arrays only; `properties` to objects only: other types pass (Github_medium o69887, taurus)
+    assert accepts(smol_tokenizer, {"type": "array", "items": {"properties": {}}}, ["season1", 2])
+    assert accepts(smol_tokenizer, {"type": "array", "items": {"items": {"type": "string"}}}, [{"module": "x"}])
+    # ...while still constraining the type they name
+    assert not accepts(smol_tokenizer, {"items": {"type": "string"}}, [1])
+    assert not accepts(smol_tokenizer, {"properties": {"a": {"type": "integer"}}}, {"a": "x"})
+
+
+def test_untyped_object_keywords_keep_meaning_object_in_strict_mode(smol_tokenizer: Any) -> None:
+    assert not accepts(smol_tokenizer, {"properties": {"a": {"type": "integer"}}}, "text", strict=True)
+    assert accepts(smol_tokenizer, {"properties": {"a": {"type": "integer"}}}, {"a": 1}, strict=True)
+
+
+def test_pattern_properties_admit_other_keys_unless_strict(smol_tokenizer: Any) -> None:
+    # additionalProperties absent = true: a key outside the pattern is allowed (Github_hard o14390, o61781)
+    schema = {"type": "object", "patternProperties": {"^[a-f0-9]+$": {"type": "integer"}}}
+    assert accepts(smol_tokenizer, schema, {"abc": 1, "project1": "x"})
+    matcher = compile(JsonSchema(schema, strict=False), smol_tokenizer, cache=CompileCache())
+    assert matcher.needs_validation and any("patternProperties" in w for w in matcher.warnings)
+    assert not accepts(smol_tokenizer, schema, {"abc": 1, "project1": "x"}, strict=True)
+
+
+@pytest.mark.parametrize("backend", ["xgrammar", "outlines"])
+@pytest.mark.parametrize(
+    ("pattern", "value"),
+    [(r"^\w+[\\](\w+\.)*\w+\.dll$", "bins\\bts1.dll"), (r"^a\\b$", "a\\b"), (r'^say "\w+"$', 'say "hi"')],
+)
+def test_patterns_naming_a_backslash_or_quote_go_to_validation(
+    smol_tokenizer: Any, backend: str, pattern: str, value: str
+) -> None:
+    # both backends match a pattern against the raw characters, never the JSON escapes `\\` and `\"`
+    # (JsonSchemaStore BizTalkServerApplicationSchema)
+    schema = {"type": "object", "properties": {"path": {"type": "string", "pattern": pattern}}}
+    assert accepts(smol_tokenizer, schema, {"path": value}, backend=backend)
+    matcher = compile(JsonSchema(schema, strict=False), smol_tokenizer, backend=backend, cache=CompileCache())  # type: ignore[arg-type]
+    assert matcher.needs_validation and any("'pattern' at $.properties.path" in w for w in matcher.warnings)
+
+
+def test_patterns_without_escapes_stay_in_the_grammar(smol_tokenizer: Any) -> None:
+    matcher = compile(JsonSchema({"type": "string", "pattern": r"^\d+\.dll$"}), smol_tokenizer, cache=CompileCache())
+    assert matcher.backend == "xgrammar" and not matcher.needs_validation
+    assert not feed(matcher, smol_tokenizer, '"x.dll"')
+
+
+def test_absolute_uri_references_are_accepted(smol_tokenizer: Any) -> None:
+    # xgrammar's uri-reference rule refuses "https://..." (Github_hard o71528, the draft-07 metaschema)
+    schema = {"type": "object", "properties": {"$id": {"type": "string", "format": "uri-reference"}}}
+    assert accepts(smol_tokenizer, schema, {"$id": "https://example.com/schema#x"})
+    assert accepts(smol_tokenizer, schema, {"$id": "../other.json"})
+
+
+def test_integer_bounds_past_64_bits_stay_on_xgrammar_and_go_to_validation(smol_tokenizer: Any) -> None:
+    # xgrammar refuses them; falling back to outlines would forbid the extra keys this schema admits
+    # (Snowplow sp_160)
+    schema = {
+        "type": "object",
+        "additionalProperties": True,
+        "properties": {"experimentId": {"type": ["integer", "null"], "minimum": 0, "maximum": 9223372036854776000}},
+    }
+    matcher = compile(JsonSchema(schema, strict=False), smol_tokenizer, cache=CompileCache())
+    assert matcher.backend == "xgrammar"
+    assert matcher.needs_validation and any("'maximum'" in w for w in matcher.warnings)
+    assert not any("'minimum'" in w for w in matcher.warnings)  # in range: still enforced
+    assert accepts(smol_tokenizer, schema, {"experimentId": 123456789, "extra": "x"})
+    assert not accepts(smol_tokenizer, schema, {"experimentId": -1})
