@@ -31,6 +31,16 @@ def test_untyped_keywords_constrain_only_their_own_type(smol_tokenizer: Any) -> 
     assert not accepts(smol_tokenizer, {"properties": {"a": {"type": "integer"}}}, {"a": "x"})
 
 
+def test_untyped_branches_keep_their_parents_type(smol_tokenizer: Any) -> None:
+    # widening stops at the parent's `type`: a branch of an object's oneOf still needs an object
+    schema = {"type": "object", "oneOf": [{"properties": {"a": {"type": "integer"}}}, {"required": ["b"]}]}
+    assert not accepts(smol_tokenizer, schema, "text")
+    assert accepts(smol_tokenizer, schema, {"a": 1})
+    # ...and an untyped anyOf lets each branch constrain only its own type (JsonSchemaStore taurus)
+    items = {"type": "array", "items": {"anyOf": [{"items": {"type": "object"}}, {"type": "array"}]}}
+    assert accepts(smol_tokenizer, items, [{"module": "final-stats"}, ["console"]])
+
+
 def test_untyped_object_keywords_keep_meaning_object_in_strict_mode(smol_tokenizer: Any) -> None:
     assert not accepts(smol_tokenizer, {"properties": {"a": {"type": "integer"}}}, "text", strict=True)
     assert accepts(smol_tokenizer, {"properties": {"a": {"type": "integer"}}}, {"a": 1}, strict=True)
