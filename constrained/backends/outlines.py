@@ -232,6 +232,7 @@ def _build_index(pattern: str, vocabulary: Any) -> Any:
 def _pool() -> Any:
     with _POOL_LOCK:
         if not _POOL:
+            import atexit
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
@@ -239,7 +240,18 @@ def _pool() -> Any:
             _POOL.append(
                 ProcessPoolExecutor(1, mp_context=context, initializer=_limit_memory, initargs=(WORKER_MEMORY_BYTES,))
             )
+            atexit.register(_shutdown_pool)
         return _POOL[0]
+
+
+def _shutdown_pool() -> None:
+    """Stop the worker before interpreter teardown (a pool left to the garbage collector then
+    prints an ignored exception from its manager thread)."""
+    with _POOL_LOCK:
+        pools = list(_POOL)
+        _POOL.clear()
+    for pool in pools:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _discard_pool(pool: Any) -> None:
