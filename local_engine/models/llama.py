@@ -21,7 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from parley.local_engine.threads import omp_set_num_threads
+from parley.local_engine.models.gemm import WeightGemm
+from parley.local_engine.threads import mkl_set_num_threads_local, omp_set_num_threads
 
 
 def _noop(_: int) -> None:
@@ -131,8 +132,9 @@ class LlamaModel:
       rotation table; bf16/fp16 (no complex type) use the rotate-half form;
     - keys and values share one cache tensor, `[layers, 2 * kv_heads, slots, head_dim]`, so a step writes
       them with one `index_copy_` and gathers them with one `index_select`;
-    - residual adds and the SwiGLU product run in place, and GEMMs write into per-step buffers whose
-      views are built once per step, not per layer.
+    - residual adds and the SwiGLU product run in place; q/k/v land in one per-step buffer whose views
+      (heads, RoPE pairs, the new K/V) are built once per step, not per layer;
+    - weight matmuls go through `WeightGemm` (oneDNN for fp32 on CPU, see gemm.py), weights prepared at load.
     """
 
     def __init__(self, arch: LlamaArch, weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype):
@@ -140,11 +142,15 @@ class LlamaModel:
         self.device = device
         self.dtype = dtype
         self.embed = weights["embed"]
-        self.lm_head = weights["lm_head"]
         self.norm = weights["norm"]
-        self.layers: list[dict[str, torch.Tensor]] = weights["layers"]  # type: ignore[assignment]
-        # Transposed views: `torch.mm(x, w.t(), out=...)` is what F.linear runs, minus its allocation.
-        self._layer_tuples = [(w["qkv"].t(), w["o"].t(), w["gate_up"].t(), w["down"].t()) for w in self.layers]
+        # Weight matrices exist only in the form the GEMM kernel takes (see gemm.py); no dense copies are kept,
+        # except the embedding table, which the LM head may share (tied) but is looked up densely.
+        self.gemm = WeightGemm(device, dtype)
+        layers: list[dict[str, torch.Tensor]] = weights["layers"]
+        self.layer_weights = [
+            tuple(self.gemm.prepare(w[name]) for name in ("qkv", "o", "gate_up", "down")) for w in layers
+        ]
+        self.lm_head = self.gemm.prepare(weights["lm_head"])
         self.q_size = arch.num_heads * arch.head_dim
         self.kv_size = arch.num_kv_heads * arch.head_dim
         self.scale = 1.0 / math.sqrt(arch.head_dim)
@@ -237,12 +243,12 @@ class LlamaModel:
     ) -> torch.Tensor:
         """Hidden states [T, hidden] for the T new tokens; writes their K/V into the cache.
 
-        Every layer writes its GEMM outputs into the same per-step buffers, so the views over them (q, the
-        complex q/k for RoPE, the new K/V, gate and up) are built once per step, not once per layer.
+        Every layer puts q/k/v into the same per-step buffer, so the views over it (q, the complex q/k for
+        RoPE, the new K/V) are built once per step, not once per layer.
 
-        On CPU, small steps (decode) run everything but the weight matmuls on one OpenMP thread: the
-        fork/join of a parallel region for a tiny op (bmm, softmax, norms) costs more than the op, badly so
-        on a loaded machine (see `threads.py`). The GEMMs get `gemm_threads`.
+        On CPU, small steps (decode) run everything but the weight matmuls on one thread (OpenMP and MKL):
+        the fork/join of a parallel region for a tiny op (bmm, softmax, norms) costs more than the op, badly
+        so on a loaded machine (see `threads.py`). The GEMMs get `gemm_threads`.
         """
         a = self.arch
         T = input_ids.shape[0]
@@ -255,42 +261,44 @@ class LlamaModel:
         many: Callable[[int], None] = omp if (omp is not None and toggle) else _noop
         if omp is not None:
             omp(1 if toggle else threads)
+        mkl = mkl_set_num_threads_local() if toggle else None  # attention's batched matmuls run in MKL
+        if mkl is not None:
+            mkl(1)
         dev, dt = self.device, self.dtype
         inter = a.intermediate_size
         qkv = torch.empty(T, qs + 2 * kvs, device=dev, dtype=dt)
-        o = torch.empty(T, a.hidden_size, device=dev, dtype=dt)
-        gu = torch.empty(T, 2 * inter, device=dev, dtype=dt)
-        down = torch.empty(T, a.hidden_size, device=dev, dtype=dt)
-        gate, up = gu[:, :inter], gu[:, inter:]
         kv_new = qkv[:, qs:].view(T, 2 * KVH, D).transpose(0, 1)  # [2*KVH, T, D], the cache's layout
         rotate = self._rotation(qkv, positions)
         attend = self._attention_plan(qkv, batch)
-        normalized = self._normalized
+        normalized, gemm = self._normalized, self.gemm
         slots = batch.slot_mapping
         residual = self.embed.index_select(0, input_ids)
-        for kvc, (w_qkv, w_o, w_gate_up, w_down) in zip(kv_cache.unbind(0), self._layer_tuples, strict=True):
+        for kvc, (w_qkv, w_o, w_gate_up, w_down) in zip(kv_cache.unbind(0), self.layer_weights, strict=True):
             h = normalized(residual)
             many(threads)
-            torch.mm(h, w_qkv, out=qkv)
+            qkv.copy_(gemm(h, w_qkv))  # into the buffer the step's q/k/v views look at (a few KB in decode)
             many(1)
             rotate()
             kvc.index_copy_(1, slots, kv_new)
             attn = attend(kvc)
             many(threads)
-            torch.mm(attn, w_o, out=o)
+            o = gemm(attn, w_o)
             many(1)
             residual.add_(o)
             h = normalized(residual)
             many(threads)
-            torch.mm(h, w_gate_up, out=gu)
+            gu = gemm(h, w_gate_up)
             many(1)
-            F.silu(gate, inplace=True).mul_(up)
+            gate = gu[:, :inter]
+            F.silu(gate, inplace=True).mul_(gu[:, inter:])
             many(threads)
-            torch.mm(gate, w_down, out=down)
+            down = gemm(gate, w_down)
             many(1)
             residual.add_(down)
         if omp is not None:
             omp(entry_threads)
+        if mkl is not None:
+            mkl(0)  # back to the process-wide count
         return residual
 
     def _rotation(self, qkv: torch.Tensor, positions: torch.Tensor) -> Callable[[], None]:
@@ -393,7 +401,15 @@ class LlamaModel:
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits for the given rows of final hidden states (masks and sampling work in fp32)."""
         h = F.rms_norm(hidden, (hidden.shape[-1],), self.norm, self.arch.rms_norm_eps)
-        return F.linear(h, self.lm_head).float()
+        omp = omp_set_num_threads() if self.device.type == "cpu" and self.gemm_threads else None
+        if omp is None:
+            return self.gemm(h, self.lm_head).float()
+        entry = torch.get_num_threads()  # the engine thread runs its bookkeeping on one thread (threads.py)
+        omp(self.gemm_threads or entry)
+        try:
+            return self.gemm(h, self.lm_head).float()
+        finally:
+            omp(entry)
 
 
 def _complex_of(dtype: torch.dtype) -> torch.dtype:

@@ -1,0 +1,90 @@
+"""The weight-GEMM seam and the per-thread thread-count switches the model relies on for CPU speed."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from parley.local_engine.models.gemm import WeightGemm  # noqa: E402
+from parley.local_engine.threads import mkl_set_num_threads_local, omp_set_num_threads  # noqa: E402
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16, 70])
+def test_fp32_cpu_gemm_computes_x_times_w_transposed(rows: int) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    w = torch.randn(96, 40, generator=gen)
+    x = torch.randn(rows, 40, generator=gen)
+    gemm = WeightGemm(torch.device("cpu"), torch.float32)
+    got = gemm(x, gemm.prepare(w))
+    assert got.shape == (rows, 96) and got.dtype == torch.float32 and got.layout == torch.strided
+    torch.testing.assert_close(got, x @ w.t(), rtol=1e-5, atol=1e-5)
+
+
+def test_fp32_cpu_gemm_prefers_onednn_when_the_build_has_it() -> None:
+    gemm = WeightGemm(torch.device("cpu"), torch.float32)
+    assert gemm.kernel == ("onednn" if torch.backends.mkldnn.is_available() else "torch.mm")
+
+
+def test_strided_inputs_are_accepted() -> None:
+    """The model feeds the gate half of a fused gate/up output, a non-contiguous view."""
+    gen = torch.Generator().manual_seed(1)
+    w = torch.randn(24, 32, generator=gen)
+    fused = torch.randn(5, 64, generator=gen)
+    x = fused[:, :32]
+    gemm = WeightGemm(torch.device("cpu"), torch.float32)
+    torch.testing.assert_close(gemm(x, gemm.prepare(w)), x @ w.t(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_other_dtypes_use_plain_torch_mm_and_keep_their_dtype(dtype: torch.dtype) -> None:
+    w = torch.randn(8, 16).to(dtype)
+    x = torch.randn(2, 16).to(dtype)
+    gemm = WeightGemm(torch.device("cpu"), dtype)
+    assert gemm.kernel == "torch.mm"
+    out = gemm(x, gemm.prepare(w))
+    assert out.dtype == dtype
+    assert torch.equal(out, torch.mm(x, w.t()))
+
+
+def test_onednn_can_be_turned_off() -> None:
+    gemm = WeightGemm(torch.device("cpu"), torch.float32, prefer_onednn=False)
+    w = torch.randn(8, 16)
+    assert gemm.kernel == "torch.mm"
+    assert gemm.prepare(w).data_ptr() == w.data_ptr()  # a transposed view, no copy
+
+
+def test_mkl_thread_count_is_set_for_the_calling_thread_only() -> None:
+    setter = mkl_set_num_threads_local()
+    if setter is None:
+        pytest.skip("this torch build links no MKL")
+    import ctypes
+
+    from parley.local_engine.threads import _loaded
+
+    getter = next(
+        ctypes.CDLL(p).mkl_get_max_threads for p in _loaded(("libtorch_cpu", "libmkl_rt", "libmkl_core"))
+    )
+    main_before = getter()
+    seen: dict[str, int] = {}
+
+    def worker() -> None:
+        setter(1)
+        seen["worker"] = getter()
+        setter(0)
+        seen["worker_after_reset"] = getter()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen["worker"] == 1
+    assert seen["worker_after_reset"] == main_before
+    assert getter() == main_before
+
+
+def test_openmp_setter_is_found_where_torch_uses_openmp() -> None:
+    if "OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("this torch build has no OpenMP")
+    assert omp_set_num_threads() is not None
