@@ -69,12 +69,9 @@ def mkl_set_num_threads_local() -> Callable[[int], None] | None:
         def set_local(n: int, setter: Callable[..., int] = setter) -> None:
             setter(ctypes.byref(ctypes.c_int(n)))
 
-        before = getter()
-        probe = 1 if before != 1 else 2
+        probe = 1 if getter() != 1 else 2
         set_local(probe)
         works = getter() == probe
         set_local(0)  # 0 = back to the process-wide setting
-        if works and getter() == before:
-            return set_local
-        return None
+        return set_local if works else None
     return None
