@@ -3,6 +3,8 @@
 Every step gets a token budget (`max_num_batched_tokens`). Running sequences are served first —
 decodes (one token each) before prefill chunks, so streaming latency does not wait on a long prompt —
 then waiting sequences are admitted FCFS while the budget, the sequence cap and the KV pool allow.
+Admission stops at a sequence whose next uncached block another sequence computes in the same step:
+next step it reads that block from the prefix cache, so a burst sharing a system prompt computes it once.
 A prompt longer than the remaining budget is prefilled in chunks across steps, mixed with decodes.
 
 When a running sequence needs a block and none is free, the most recently admitted running sequence is
@@ -133,12 +135,20 @@ class Scheduler:
             budget -= n
 
         # Admit waiting sequences FCFS; none jumps the queue, and none is admitted right after a preemption.
+        # A sequence whose next uncached block is being computed in this very step by one admitted before it
+        # (a burst of requests with one system prompt) waits a step and then reads that block from the cache.
+        pending: set[bytes] = set()
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not out.preempted:
             seq = self.waiting[0]
             hits = bm.lookup(seq)
+            if pending and len(hits) < len(seq.block_hashes) and seq.block_hashes[len(hits)] in pending:
+                break
             n = min(seq.num_tokens - len(hits) * bm.block_size, budget)
             if not bm.can_admit(seq, hits, n):
                 break
+            if bm.enable_prefix_caching:
+                full_after_step = min((len(hits) * bm.block_size + n) // bm.block_size, len(seq.block_hashes))
+                pending.update(seq.block_hashes[len(hits) : full_after_step])
             bm.admit(seq, hits)
             allocated = bm.allocate(seq, n)
             assert allocated

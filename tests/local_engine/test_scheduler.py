@@ -133,3 +133,37 @@ def test_prefix_cache_hits_skip_computation_on_admission() -> None:
     items = step(sched)
     assert items == [("b", 1, True)]  # 12 tokens (3 blocks) cached, only the last prompt token computed
     assert second.num_cached_tokens == 12
+
+
+def with_prefix(rid: str, prefix: list[int], tail: int, tenant: str | None = None) -> Sequence:
+    ids = prefix + [200 + ord(rid[0]) * 7 + i for i in range(tail)]
+    return Sequence(rid, ids, SamplingParams(max_tokens=2, ignore_eos=True), tenant=tenant)
+
+
+def test_a_burst_sharing_a_prefix_computes_it_once() -> None:
+    """Requests arriving together with one system prompt: the first computes the shared blocks, the others
+    wait one step and read them from the cache instead of computing them again in the same step."""
+    sched = make(budget=64)
+    prefix = list(range(50, 58))  # two full blocks of 4
+    burst = [with_prefix(r, prefix, 3) for r in "abc"]
+    for s in burst:
+        sched.add(s)
+    assert step(sched) == [("a", 11, True)]
+    assert step(sched) == [("a", 1, True), ("b", 3, True), ("c", 3, True)]
+    assert [s.num_cached_tokens for s in burst] == [0, 8, 8]
+
+
+def test_a_burst_without_a_shared_block_is_admitted_in_one_step() -> None:
+    sched = make(budget=64)
+    short_prefix = [50, 51, 52]  # shorter than a block: nothing to share
+    for r in "ab":
+        sched.add(with_prefix(r, short_prefix, 3))
+    assert [r for r, _, _ in step(sched)] == ["a", "b"]
+
+
+def test_other_tenants_never_wait_for_a_prefix_they_cannot_share() -> None:
+    sched = make(budget=64)
+    prefix = list(range(50, 58))
+    sched.add(with_prefix("a", prefix, 3, tenant="t1"))
+    sched.add(with_prefix("b", prefix, 3, tenant="t2"))
+    assert [r for r, _, _ in step(sched)] == ["a", "b"]
