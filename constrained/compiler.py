@@ -1,12 +1,15 @@
 """`compile(spec, tokenizer)`: check a spec, pick a backend, compile under a deadline, cache it.
 
-Backend choice ("auto"): for JSON specs, every keyword in schema position is checked against each
-backend's list of keywords it would *not* enforce. xgrammar is preferred; outlines is tried first
-only when it leaves fewer keywords unenforced. If the preferred backend fails to compile (an
-unsupported construct, or the deadline), the next one is tried. Whatever the chosen backend still
-does not enforce is never dropped silently: it is recorded in `Matcher.warnings` (and logged) and
-`Matcher.needs_validation` is set, so outputs are validated after generation. An explicit backend
-never falls back: its failure is raised.
+JSON specs — a `JsonSchema`, and a `ToolCalls`' call schema (every tool's parameters) and answer
+schema alike — are first prepared by one code path (`parley.constrained.schema_prep`): checked,
+`$ref`s made robust, patterns rewritten. Backend choice ("auto"): every keyword use is checked
+against each backend's list of what it would *not* enforce (its keyword list, plus what its
+converter never reads where it stands: see `parley.constrained.dispatch`). xgrammar is preferred;
+outlines is tried first only when it leaves fewer keywords unenforced. If the preferred backend
+fails to compile (an unsupported construct, or the deadline), the next one is tried. Whatever the
+chosen backend still does not enforce is never dropped silently: it is recorded in
+`Matcher.warnings` (and logged) and `Matcher.needs_validation` is set, so outputs are validated
+after generation. An explicit backend never falls back: its failure is raised.
 
 Compiles run in a daemon thread joined with a timeout (`timeout_s`), and specs larger than
 `max_spec_bytes` are refused up front, so a pathological schema costs at most the deadline — it
@@ -36,14 +39,8 @@ from parley.constrained.errors import (
     UnsupportedSpecError,
 )
 from parley.constrained.matcher import Matcher
-from parley.constrained.schema_support import (
-    KeywordUse,
-    check_schema,
-    pattern_mentions_escape,
-    rewrite_patterns,
-    scan_keywords,
-    strip_keywords,
-)
+from parley.constrained.schema_prep import JsonPart, json_parts
+from parley.constrained.schema_support import KeywordUse, iter_subschemas, pattern_mentions_escape, strip_keywords
 from parley.constrained.specs import Choice, Grammar, JsonSchema, Regex, Spec, ToolCalls
 from parley.constrained.tokenizer_info import TokenizerInfo, tokenizer_info
 
@@ -115,14 +112,16 @@ def _backend(name: str, tok: TokenizerInfo, timeout_s: float | None = None) -> G
     raise InvalidSpecError(f"unknown backend {name!r} (expected 'auto', 'xgrammar' or 'outlines')")
 
 
-def _unenforced(name: str, uses: list[KeywordUse], options: JsonOptions) -> list[KeywordUse]:
+def _unenforced(name: str, parts: list[JsonPart], options: JsonOptions) -> list[KeywordUse]:
+    """What backend `name` would not enforce in the prepared documents, plus what preparing relaxed."""
     if name == "xgrammar":
-        from parley.constrained.backends import xgrammar
-
-        return xgrammar.unenforced(uses, options.lengths_in_grammar, options.strict)
-    from parley.constrained.backends import outlines
-
-    return outlines.unenforced(uses)
+        from parley.constrained.backends.xgrammar import unenforced
+    else:
+        from parley.constrained.backends.outlines import unenforced
+    out: list[KeywordUse] = []
+    for part in parts:
+        out += [*part.relaxed, *unenforced(part.schema, part.label, options)]
+    return out
 
 
 def _with_deadline(work: Callable[[], CompiledGrammar], timeout_s: float | None, what: str) -> CompiledGrammar:
@@ -152,30 +151,22 @@ def _json_options(spec: JsonSchema | ToolCalls) -> JsonOptions:
     return JsonOptions(spec.whitespace == "compact", spec.max_whitespace, spec.strict, any_order, lengths)
 
 
-def _schema_of(spec: JsonSchema | ToolCalls) -> Any:
-    if isinstance(spec, JsonSchema):
-        return spec.schema_dict()
-    if spec.answer_schema is not None:  # checked and scanned with the calls
-        return {"anyOf": [spec.output_schema(), spec.answer_schema]}
-    return spec.output_schema()
-
-
-def _candidates(requested: str, spec: Spec, uses: list[KeywordUse]) -> list[str]:
+def _candidates(requested: str, spec: Spec, parts: list[JsonPart]) -> list[str]:
     if requested != "auto":
         return [requested]
     if isinstance(spec, Grammar):
         return ["xgrammar"]
-    if isinstance(spec, (JsonSchema, ToolCalls)) and (spec.strict or not _admits_extra_keys(uses)):
+    if isinstance(spec, (JsonSchema, ToolCalls)) and (spec.strict or not _admits_extra_keys(parts)):
         # outlines first only when it enforces strictly more; it always forbids extra keys, which
         # is wrong for non-strict specs whose objects admit them.
         options = _json_options(spec)
         # lengths the caller sent to validation (string_lengths="validate") do not count
         delegated = set() if options.lengths_in_grammar else {"minLength", "maxLength"}
         by_outlines = {
-            (u.keyword, u.path) for u in _unenforced("outlines", uses, options) if u.keyword not in delegated
+            (u.keyword, u.path) for u in _unenforced("outlines", parts, options) if u.keyword not in delegated
         }
         by_xgrammar = {
-            (u.keyword, u.path) for u in _unenforced("xgrammar", uses, options) if u.keyword not in delegated
+            (u.keyword, u.path) for u in _unenforced("xgrammar", parts, options) if u.keyword not in delegated
         }
         if by_outlines < by_xgrammar:
             return ["outlines", "xgrammar"]
@@ -186,9 +177,11 @@ def delegated_uses(uses: list[KeywordUse], keywords: set[str]) -> set[tuple[str,
     return {(u.keyword, u.path) for u in uses if u.keyword in keywords}
 
 
-def _admits_extra_keys(uses: list[KeywordUse]) -> bool:
+def _admits_extra_keys(parts: list[JsonPart]) -> bool:
     return any(
-        use.keyword == "properties" and use.schema.get("additionalProperties", True) is not False for use in uses
+        isinstance(node.get("properties"), dict) and node.get("additionalProperties", True) is not False
+        for part in parts
+        for _, node in iter_subschemas(part.schema)
     )
 
 
@@ -200,16 +193,9 @@ def _compile_uncached(
         raise CompileLimitError(
             f"{spec.kind} spec is {len(canonical.encode())} bytes, over the bound of {max_spec_bytes} (max_spec_bytes)"
         )
-    uses: list[KeywordUse] = []
-    schema: Any = None
+    parts: list[JsonPart] = []
     if isinstance(spec, (JsonSchema, ToolCalls)):
-        schema = _schema_of(spec)
-        if isinstance(spec, ToolCalls):
-            for tool in spec.tools:
-                check_schema(tool.parameters)
-        check_schema(schema)
-        schema = rewrite_patterns(schema)
-        uses = scan_keywords(schema)
+        parts = json_parts(spec)
     elif isinstance(spec, Regex):
         try:
             re.compile(spec.pattern)
@@ -221,20 +207,18 @@ def _compile_uncached(
         raise GrammarSyntaxError("empty grammar")
 
     errors: list[ConstrainedError] = []
-    for name in _candidates(requested, spec, uses):
+    for name in _candidates(requested, spec, parts):
         backend = _backend(name, tok, timeout_s)
-        missing = backend.unenforced(uses, _json_options(spec)) if isinstance(spec, (JsonSchema, ToolCalls)) else []
-        work = _builder(backend, spec, schema, _strip_set(name, missing))
+        missing = _unenforced(name, parts, _json_options(spec)) if parts else []  # type: ignore[arg-type]
+        strip = _strip_set(name, missing)
+        work = _builder(backend, spec, [strip_keywords(p.schema, strip, p.label) for p in parts])
         try:
             compiled = _with_deadline(work, timeout_s, f"a {spec.kind} spec with {name}")
         except (UnsupportedSpecError, CompileLimitError) as exc:
             errors.append(exc)
             logger.info("backend %s could not compile %s: %s", name, spec.kind, exc)
             continue
-        warnings = tuple(
-            f"{name} does not enforce {use.keyword!r} at {use.path}; outputs are validated after generation"
-            for use in missing
-        )
+        warnings = tuple(_warning(name, use, parts) for use in missing)
         if warnings:
             logger.info("compiled %s with %s; %d keyword(s) not enforced: %s", spec.kind, name, len(warnings),
                         ", ".join(f"{u.keyword}@{u.path}" for u in missing[:8]))  # fmt: skip
@@ -247,16 +231,22 @@ def _compile_uncached(
     raise UnsupportedSpecError(f"no backend can compile the spec: {detail}")
 
 
-def _builder(
-    backend: GrammarBackend, spec: Spec, schema: Any, strip: set[tuple[str, str]]
-) -> Callable[[], CompiledGrammar]:
-    """The compile call for `spec` on `backend`, to run under the deadline."""
+def _warning(name: str, use: KeywordUse, parts: list[JsonPart]) -> str:
+    part = next((p for p in parts if use.path == p.label or use.path.startswith(p.label + ".")), None)
+    where = part.describe(use.path) if part is not None else use.path
+    why = f" ({use.reason})" if use.reason else ""
+    return f"{name} does not enforce {use.keyword!r} at {where}{why}; outputs are validated after generation"
+
+
+def _builder(backend: GrammarBackend, spec: Spec, schemas: list[Any]) -> Callable[[], CompiledGrammar]:
+    """The compile call for `spec` on `backend` (JSON specs: their prepared, stripped documents)."""
 
     def build() -> CompiledGrammar:
         if isinstance(spec, JsonSchema):
-            return backend.json_schema(strip_keywords(schema, strip), _json_options(spec))
+            return backend.json_schema(schemas[0], _json_options(spec))
         if isinstance(spec, ToolCalls):
-            return backend.tool_calls(spec, _json_options(spec))
+            answer = schemas[1] if len(schemas) > 1 else None
+            return backend.tool_calls(spec, schemas[0], answer, _json_options(spec))
         if isinstance(spec, Regex):
             return backend.regex(spec.pattern)
         if isinstance(spec, Grammar):

@@ -53,37 +53,40 @@ class KeywordUse:
     keyword: str
     path: str
     schema: Any
+    reason: str = ""  # why a backend does not enforce it, when not obvious from the keyword
 
 
 def _child(path: str, key: str | int) -> str:
     return f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}"
 
 
-def iter_subschemas(schema: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every object subschema of `schema` with its path (data keywords are not descended into)."""
+def iter_subschemas(
+    schema: Any, path: str = "$", skip: frozenset[str] = frozenset()
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every object subschema of `schema` with its path (data keywords and `skip` keywords are not descended into)."""
     if not isinstance(schema, dict):
         return
     yield path, schema
     for key, value in schema.items():
-        if key in _DATA:
+        if key in _DATA or key in skip:
             continue
         if key in _SCHEMA_MAPS and isinstance(value, dict):
             for name, sub in value.items():
-                yield from iter_subschemas(sub, _child(_child(path, key), name))
+                yield from iter_subschemas(sub, _child(_child(path, key), name), skip)
         elif key in _SCHEMA_VALUES or key == "dependencies":
             if isinstance(value, list):
                 for i, sub in enumerate(value):
-                    yield from iter_subschemas(sub, _child(_child(path, key), i))
+                    yield from iter_subschemas(sub, _child(_child(path, key), i), skip)
             elif key == "dependencies" and isinstance(value, dict):
                 for name, sub in value.items():
-                    yield from iter_subschemas(sub, _child(_child(path, key), name))
+                    yield from iter_subschemas(sub, _child(_child(path, key), name), skip)
             else:
-                yield from iter_subschemas(value, _child(path, key))
+                yield from iter_subschemas(value, _child(path, key), skip)
 
 
-def scan_keywords(schema: Any) -> list[KeywordUse]:
-    """Every keyword used in schema position, in document order."""
-    return [KeywordUse(k, p, sub) for p, sub in iter_subschemas(schema) for k in sub]
+def scan_keywords(schema: Any, root: str = "$") -> list[KeywordUse]:
+    """Every keyword used in schema position, in document order (paths start at `root`)."""
+    return [KeywordUse(k, p, sub) for p, sub in iter_subschemas(schema, root) for k in sub]
 
 
 def check_schema(schema: Any) -> None:
@@ -184,8 +187,30 @@ def _ends_with_anchor(alt: str) -> bool:
     return backslashes % 2 == 0
 
 
+def escape_control_chars(pattern: str) -> str:
+    """`pattern` with raw control characters written as `\\xHH` escapes (the same regex).
+
+    A schema's JSON may carry `"[^\\u0000]"` or a raw newline inside a class; xgrammar's regex
+    parser refuses raw NUL and newline characters, escaped ones are fine everywhere.
+    """
+    if not any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in pattern):
+        return pattern
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            out.append(f"\\x{ord(nxt):02x}" if ord(nxt) < 0x20 or ord(nxt) == 0x7F else ch + nxt)
+            i += 2
+            continue
+        out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch)
+        i += 1
+    return "".join(out)
+
+
 def full_match_pattern(pattern: str) -> str:
     """The full-match regex equivalent to JSON Schema's search-semantics `pattern`."""
+    pattern = escape_control_chars(pattern)
     alternatives = []
     for alt in _split_top_level(pattern):
         head = alt[1:] if alt.startswith("^") else ".*" + alt if alt else ".*"
@@ -213,12 +238,12 @@ def rewrite_patterns(schema: Any) -> Any:
     return out
 
 
-def strip_keywords(schema: Any, drop: set[tuple[str, str]]) -> Any:
-    """A copy of `schema` without the given (keyword, path) uses."""
+def strip_keywords(schema: Any, drop: set[tuple[str, str]], root: str = "$") -> Any:
+    """A copy of `schema` without the given (keyword, path) uses (paths start at `root`)."""
     if not isinstance(schema, dict) or not drop:
         return schema
     out = copy.deepcopy(schema)
-    for path, sub in iter_subschemas(out):
+    for path, sub in iter_subschemas(out, root):
         for keyword in [k for k in sub if (k, path) in drop]:
             del sub[keyword]
     return out
@@ -306,3 +331,13 @@ _ESCAPE_MENTIONS = re.compile(r'"|\\\\|\\x(?:5[cC]|22)|\\u00(?:5[cC]|22)|\\x\{(?
 def pattern_mentions_escape(pattern: str) -> bool:
     """Whether a regex names `\\` or `"` (characters a JSON string carries escaped)."""
     return bool(_ESCAPE_MENTIONS.search(pattern))
+
+
+# Lookarounds and backreferences: xgrammar compiles such a pattern but ignores the assertion
+# (`^((?!mode).)*$` accepts "amodeb"); outlines-core refuses to build it. Left to validation.
+_LOOKAROUND = re.compile(r"(?<!\\)(?:\\\\)*(?:\(\?<?[=!]|\\[1-9]|\\k<)")
+
+
+def pattern_has_lookaround(pattern: str) -> bool:
+    """Whether a regex uses lookarounds or backreferences (not expressible as a plain automaton)."""
+    return bool(_LOOKAROUND.search(pattern))

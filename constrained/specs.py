@@ -215,24 +215,42 @@ class ToolCalls:
             object.__setattr__(self, key, value)
 
     def call_schema(self) -> dict[str, Any]:
-        """JSON Schema of one call: an `anyOf` over the tools, each pinning `name` with `const`."""
+        """JSON Schema of one call: an `anyOf` over the tools, each pinning `name` with `const`.
+
+        Each tool's parameters sit at `properties.arguments` (under `anyOf[i]` for several tools);
+        their local `$ref`s are rebased there, so the call schema is one self-contained document.
+        """
+        from parley.constrained.schema_refs import rebase_refs
+
+        single = len(self.tools) == 1
         variants = [
             {
                 "type": "object",
-                "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
+                "properties": {
+                    "name": {"const": tool.name},
+                    "arguments": rebase_refs(tool.parameters, self.arguments_pointer(i if not single else None)),
+                },
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
             }
-            for tool in self.tools
+            for i, tool in enumerate(self.tools)
         ]
-        return variants[0] if len(variants) == 1 else {"anyOf": variants}
+        return variants[0] if single else {"anyOf": variants}
+
+    @staticmethod
+    def arguments_pointer(index: int | None) -> list[str]:
+        """Where tool `index`'s parameters sit in `call_schema()` (None: the only tool)."""
+        head = [] if index is None else ["anyOf", str(index)]
+        return [*head, "properties", "arguments"]
 
     def output_schema(self) -> dict[str, Any]:
         """JSON Schema of the whole output for `format="json"` (one call, or an array of calls)."""
+        from parley.constrained.schema_refs import rebase_refs
+
         call = self.call_schema()
         if not self.allow_multiple:
             return call
-        return {"type": "array", "items": call, "minItems": 1, "maxItems": self.max_calls}
+        return {"type": "array", "items": rebase_refs(call, ["items"]), "minItems": 1, "maxItems": self.max_calls}
 
     def schema_for(self, name: str) -> dict[str, Any] | None:
         for tool in self.tools:

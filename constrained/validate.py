@@ -99,7 +99,22 @@ def parse_tool_calls(output: str, spec: ToolCalls) -> list[Any]:
     return calls
 
 
-def _validate_tool_calls(output: Any, spec: ToolCalls) -> list[dict[str, Any]]:
+def _is_answer(output: Any, spec: ToolCalls) -> bool:
+    """Whether an output of a `ToolCalls` spec with an `answer_schema` is the direct answer, not calls."""
+    if spec.answer_schema is None:
+        return False
+    if spec.format == "hermes":
+        return not (isinstance(output, str) and output.lstrip().startswith(HERMES_OPEN))
+    value = _parse_json(output)
+    call = value[0] if spec.allow_multiple and isinstance(value, list) and value else value
+    return not (isinstance(call, dict) and set(call) == {"name", "arguments"})
+
+
+def _validate_tool_calls(output: Any, spec: ToolCalls) -> Any:
+    if _is_answer(output, spec):
+        value = _parse_json(output)
+        validate_schema_value(value, spec.answer_schema, prefix="answer:$")
+        return value
     calls = parse_tool_calls(output, spec) if isinstance(output, str) else list(output)
     if len(calls) > (spec.max_calls if spec.allow_multiple else 1):
         raise ValidationFailed(f"{len(calls)} tool calls, at most {spec.max_calls if spec.allow_multiple else 1}",
@@ -120,8 +135,9 @@ def validate(output: Any, spec: Spec | dict[str, Any] | type) -> Any:
     """Validate `output` (text, or an already parsed value for JSON specs) and return the parsed value.
 
     `spec` may also be a bare JSON Schema dict or a pydantic model class. JSON specs return the
-    parsed value (a model instance for pydantic), `ToolCalls` the list of call dicts, text specs
-    the text. Raises `ValidationFailed` (path + keyword) on mismatch.
+    parsed value (a model instance for pydantic), `ToolCalls` the list of call dicts (or, with an
+    `answer_schema`, the parsed answer when the output is not a call), text specs the text.
+    Raises `ValidationFailed` (path + keyword) on mismatch.
     """
     if isinstance(spec, (dict, type)):
         spec = JsonSchema(spec)

@@ -5,8 +5,10 @@ A backend has three factory methods — `json_schema`, `regex`, `grammar` — ea
 specs have default lowerings on top of those: `choice` (an escaped regex alternation) and
 `tool_calls` (a regex composition); a backend may override them with something better.
 
-`unenforced(uses, options)` is the backend's honest list of the keywords it would compile but not enforce;
-the compiler turns those into recorded warnings plus post-hoc validation, or picks another backend.
+`unenforced(schema, root, options)` is the backend's honest list of the keyword uses it would compile
+but not enforce (paths start at `root`); the compiler turns those into recorded warnings plus
+post-hoc validation, or picks another backend. `tool_calls` gets the prepared call-object schema and
+answer schema (see `parley.constrained.schema_prep`), never the raw tool parameters.
 Backends raise `UnsupportedSpecError` for a spec they cannot compile and the `InvalidSpecError`
 family for malformed input.
 """
@@ -71,9 +73,9 @@ class GrammarBackend(Protocol):
 
     def choice(self, options: tuple[str, ...]) -> CompiledGrammar: ...
 
-    def tool_calls(self, spec: ToolCalls, options: JsonOptions) -> CompiledGrammar: ...
+    def tool_calls(self, spec: ToolCalls, calls: Any, answer: Any, options: JsonOptions) -> CompiledGrammar: ...
 
-    def unenforced(self, uses: list[KeywordUse], options: JsonOptions) -> list[KeywordUse]: ...
+    def unenforced(self, schema: Any, root: str, options: JsonOptions) -> list[KeywordUse]: ...
 
 
 _REGEX_META = set("\\.^$|?*+()[]{}")

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from parley.constrained import dispatch
 from parley.constrained.backends.base import JsonOptions, choice_regex, tool_calls_regex
 from parley.constrained.errors import (
     BackendUnavailableError,
@@ -25,7 +26,7 @@ from parley.constrained.errors import (
     InvalidRegexError,
     UnsupportedSpecError,
 )
-from parley.constrained.schema_support import KeywordUse, pattern_mentions_escape
+from parley.constrained.schema_support import KeywordUse, pattern_mentions_escape, scan_keywords
 from parley.constrained.specs import ToolCalls
 
 if TYPE_CHECKING:
@@ -52,19 +53,32 @@ def _oc() -> Any:
     return outlines_core
 
 
-def unenforced(uses: list[KeywordUse]) -> list[KeywordUse]:
+def unenforced(schema: Any, root: str, options: JsonOptions | None = None) -> list[KeywordUse]:
+    """Keyword uses of `schema` (paths from `root`) that outlines-core would not enforce.
+
+    The keyword list plus what its one-handler-per-object reading drops (see
+    `parley.constrained.dispatch`); `allOf` with several branches is concatenated, not intersected.
+    """
+    strict = True if options is None else options.strict
     out = []
-    for use in uses:
+    for use in scan_keywords(schema, root):
         value = use.schema.get(use.keyword)
         if use.keyword in UNENFORCED:
             out.append(use)
         elif use.keyword == "format" and value not in SUPPORTED_FORMATS:
             out.append(use)
+        elif use.keyword == "format" and ({"minLength", "maxLength", "pattern"} & use.schema.keys()):
+            out.append(use)  # outlines-core reads lengths first, then pattern, then format
         elif use.keyword == "pattern" and ("minLength" in use.schema or "maxLength" in use.schema):
             out.append(use)  # outlines-core keeps the length bounds and drops the pattern
         elif use.keyword == "pattern" and isinstance(value, str) and pattern_mentions_escape(value):
             out.append(use)  # stripped: outlines-core matches it against the unescaped characters
-    return out
+        elif use.keyword == "allOf" and isinstance(value, list) and len(value) > 1:
+            out.append(use)
+    out += dispatch.dropped_siblings(schema, root, dispatch.OUTLINES)
+    out += dispatch.overlapping_one_of(schema, root)
+    out += dispatch.unattached_required(schema, root, dispatch.OUTLINES, strict)
+    return dispatch.first_per_use(out)
 
 
 def _vocabulary(tok: TokenizerInfo) -> Any:
@@ -166,8 +180,8 @@ class OutlinesBackend:
         self._vocab = _vocabulary(tokenizer)
         self.timeout_s = timeout_s
 
-    def unenforced(self, uses: list[KeywordUse], options: JsonOptions) -> list[KeywordUse]:
-        return unenforced(uses)
+    def unenforced(self, schema: Any, root: str, options: JsonOptions) -> list[KeywordUse]:
+        return unenforced(schema, root, options)
 
     def _schema_regex(self, schema: Any, options: JsonOptions) -> str:
         from outlines_core.json_schema import build_regex_from_schema
@@ -202,11 +216,11 @@ class OutlinesBackend:
     def choice(self, options: tuple[str, ...]) -> OutlinesCompiled:
         return self._index(choice_regex(options))
 
-    def tool_calls(self, spec: ToolCalls, options: JsonOptions) -> OutlinesCompiled:
-        calls = tool_calls_regex(spec, self._schema_regex(spec.call_schema(), options))
-        if spec.answer_schema is not None:
-            calls = f"(?:{calls})|(?:{self._schema_regex(spec.answer_schema, options)})"
-        return self._index(calls)
+    def tool_calls(self, spec: ToolCalls, calls: Any, answer: Any, options: JsonOptions) -> OutlinesCompiled:
+        pattern = tool_calls_regex(spec, self._schema_regex(calls, options))
+        if answer is not None:
+            pattern = f"(?:{pattern})|(?:{self._schema_regex(answer, options)})"
+        return self._index(pattern)
 
 
 # Index builds run in a worker process under a memory cap: a regex DFA can explode (MaskBench saw

@@ -5,16 +5,18 @@ by spec). Dynamic compilation is on: token-mask cache entries are built on first
 all up front, which turns multi-second compiles of large schemas into milliseconds.
 
 What xgrammar compiles but does not enforce (its converter only logs a warning) is listed in
-`UNENFORCED`; string length bounds are a choice (see `unenforced`). The compiler strips/records
+`UNENFORCED`; string length bounds are a choice (see `unenforced`); keywords its converter never
+reads where they stand are found by `parley.constrained.dispatch`. The compiler strips/records
 those and validates outputs afterwards.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from parley.constrained import dispatch
 from parley.constrained.backends.base import JsonOptions
 from parley.constrained.errors import (
     BackendUnavailableError,
@@ -22,7 +24,14 @@ from parley.constrained.errors import (
     InvalidRegexError,
     UnsupportedSpecError,
 )
-from parley.constrained.schema_support import KeywordUse, pattern_mentions_escape, widen_untyped
+from parley.constrained.schema_refs import rebase_refs
+from parley.constrained.schema_support import (
+    KeywordUse,
+    pattern_has_lookaround,
+    pattern_mentions_escape,
+    scan_keywords,
+    widen_untyped,
+)
 from parley.constrained.specs import HERMES_CLOSE, HERMES_OPEN, ToolCalls
 
 if TYPE_CHECKING:
@@ -59,15 +68,27 @@ def _out_of_int64(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX
 
 
-def unenforced(uses: list[KeywordUse], lengths_in_grammar: bool = True, strict: bool = True) -> list[KeywordUse]:
-    """Keyword uses xgrammar would not enforce.
+def unenforced(schema: Any, root: str, options: JsonOptions) -> list[KeywordUse]:
+    """Keyword uses of `schema` (paths from `root`) that xgrammar would not enforce.
 
+    Analysed on the schema xgrammar is given (widened when not strict). Besides the keyword list,
+    everything xgrammar's one-handler-per-object reading drops (see `parley.constrained.dispatch`).
     String length bounds: xgrammar enforces them but then forbids escape sequences in the bounded
     string, and it drops them next to `pattern`/`format`. With `lengths_in_grammar` they stay in
     the grammar (bounded strings cannot contain escapes — outputs stay valid, some valid values
     become unreachable) except next to pattern/format; otherwise they are all stripped and checked
     by validation (every valid value reachable, lengths unbounded while generating).
     """
+    seen = widen_untyped(schema) if not options.strict else schema
+    out = _keyword_rules(scan_keywords(seen, root), options.lengths_in_grammar, options.strict)
+    out += dispatch.dropped_siblings(seen, root, dispatch.XGRAMMAR)
+    out += dispatch.overlapping_one_of(seen, root)
+    out += dispatch.untyped_keywords(seen, root, dispatch.XGRAMMAR)
+    out += dispatch.unattached_required(seen, root, dispatch.XGRAMMAR, options.strict)
+    return dispatch.first_per_use(out)
+
+
+def _keyword_rules(uses: list[KeywordUse], lengths_in_grammar: bool, strict: bool) -> list[KeywordUse]:
     out = []
     for use in uses:
         value = use.schema.get(use.keyword)
@@ -87,6 +108,10 @@ def unenforced(uses: list[KeywordUse], lengths_in_grammar: bool = True, strict: 
             out.append(use)
         elif use.keyword == "pattern" and isinstance(value, str) and pattern_mentions_escape(value):
             out.append(use)
+        elif use.keyword == "pattern" and isinstance(value, str) and pattern_has_lookaround(value):
+            out.append(replace(use, reason="lookarounds and backreferences are ignored"))
+        elif use.keyword == "patternProperties" and isinstance(value, dict) and any(map(pattern_has_lookaround, value)):
+            out.append(replace(use, reason="lookarounds and backreferences are ignored"))
         elif use.keyword in BOUNDS and _out_of_int64(value):
             out.append(use)
     return out
@@ -166,8 +191,8 @@ class XGrammarBackend:
         self._tok = tokenizer
         self._state = _state(tokenizer)
 
-    def unenforced(self, uses: list[KeywordUse], options: JsonOptions) -> list[KeywordUse]:
-        return unenforced(uses, options.lengths_in_grammar, options.strict)
+    def unenforced(self, schema: Any, root: str, options: JsonOptions) -> list[KeywordUse]:
+        return unenforced(schema, root, options)
 
     def _json_grammar(self, schema: Any, options: JsonOptions) -> Any:
         xgr = _xgr()
@@ -211,18 +236,21 @@ class XGrammarBackend:
     def choice(self, options: tuple[str, ...]) -> XGrammarCompiled:
         return self.grammar("root ::= " + " | ".join(_literal(o) for o in options), "root")
 
-    def tool_calls(self, spec: ToolCalls, options: JsonOptions) -> XGrammarCompiled:
+    def tool_calls(self, spec: ToolCalls, calls: Any, answer: Any, options: JsonOptions) -> XGrammarCompiled:
         xgr = _xgr()
-        calls = self._tool_calls_grammar(spec, options)
-        if spec.answer_schema is not None:
-            calls = xgr.Grammar.union(calls, self._json_grammar(spec.answer_schema, options))
-        return self._compile(calls)
+        grammar = self._tool_calls_grammar(spec, calls, options)
+        if answer is not None:
+            grammar = xgr.Grammar.union(grammar, self._json_grammar(answer, options))
+        return self._compile(grammar)
 
-    def _tool_calls_grammar(self, spec: ToolCalls, options: JsonOptions) -> Any:
+    def _tool_calls_grammar(self, spec: ToolCalls, calls: Any, options: JsonOptions) -> Any:
         xgr = _xgr()
         if spec.format == "json":
-            return self._json_grammar(spec.output_schema(), options)
-        call = self._json_grammar(spec.call_schema(), options)
+            if spec.allow_multiple:
+                items = rebase_refs(calls, ["items"])
+                calls = {"type": "array", "items": items, "minItems": 1, "maxItems": spec.max_calls}
+            return self._json_grammar(calls, options)
+        call = self._json_grammar(calls, options)
         one = xgr.Grammar.concat(
             xgr.Grammar.from_ebnf(f"root ::= {_literal(HERMES_OPEN)}"),
             call,

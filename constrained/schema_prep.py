@@ -1,0 +1,87 @@
+"""The JSON documents a backend compiles for a JSON-producing spec: one code path for every such spec.
+
+A `JsonSchema` is one part (paths start at `$`). A `ToolCalls` spec is the call-object schema
+(part `calls`: every tool's parameters embedded with their `$ref`s rebased) plus, with an
+`answer_schema`, part `answer`. Every part goes through the same steps, so what the compiler then
+does with keywords a backend does not enforce — delegate to the other backend, strip, or record a
+warning and validate every output — applies to tool arguments exactly as to a plain schema:
+
+1. `check_schema` (per tool first, so errors name the tool's own paths);
+2. pointers through `patternProperties` members or to subschemas outside schema keywords are
+   hoisted into `$defs` (see `parley.constrained.schema_refs.hoist_refs`);
+3. `pattern`s become full-match regexes with escaped control characters;
+4. `properties: {"x": false}` ("x must not appear"; neither backend compiles a `false` schema) is
+   removed: exact where extra keys are forbidden, otherwise recorded as relaxed.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from parley.constrained.schema_refs import hoist_refs
+from parley.constrained.schema_support import KeywordUse, check_schema, iter_subschemas, rewrite_patterns
+from parley.constrained.specs import JsonSchema, ToolCalls
+
+
+@dataclass(frozen=True)
+class JsonPart:
+    """One document to compile; `label` roots the paths of its keyword uses."""
+
+    label: str
+    schema: Any
+    relaxed: tuple[KeywordUse, ...] = ()
+    aliases: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # path prefix -> readable name
+
+    def describe(self, path: str) -> str:
+        """`path` with a known prefix replaced (`calls.anyOf[1].properties.arguments.x` -> `search:$.x`)."""
+        for prefix, name in self.aliases:
+            if path == prefix or path.startswith(prefix) and path[len(prefix)] in ".[":
+                return name + path[len(prefix) :]
+        return path
+
+
+def _drop_false_properties(schema: Any, label: str, strict: bool) -> tuple[Any, list[KeywordUse]]:
+    if not isinstance(schema, dict):
+        return schema, []
+    out = copy.deepcopy(schema)
+    relaxed: list[KeywordUse] = []
+    for path, node in iter_subschemas(out, label):
+        props = node.get("properties")
+        if not isinstance(props, dict):
+            continue
+        banned = [name for name, sub in props.items() if sub is False]
+        if not banned:
+            continue
+        node["properties"] = {name: sub for name, sub in props.items() if sub is not False}
+        if node.get("additionalProperties", not strict) is not False or "patternProperties" in node:
+            reason = f"forbidden propert{'y' if len(banned) == 1 else 'ies'} {banned} (false schema) may appear"
+            relaxed.append(KeywordUse("properties", path, node, reason))
+    return out, relaxed
+
+
+def prepare(schema: Any, label: str, strict: bool, aliases: tuple[tuple[str, str], ...] = ()) -> JsonPart:
+    """Check `schema` and rewrite it for grammar backends (steps 2-4 of the module docstring)."""
+    check_schema(schema)
+    rewritten = rewrite_patterns(hoist_refs(schema))
+    rewritten, relaxed = _drop_false_properties(rewritten, label, strict)
+    return JsonPart(label, rewritten, tuple(relaxed), aliases)
+
+
+def json_parts(spec: JsonSchema | ToolCalls) -> list[JsonPart]:
+    """The prepared documents of `spec`: `[$]` for a schema, `[calls]` or `[calls, answer]` for tool calls."""
+    if isinstance(spec, JsonSchema):
+        return [prepare(spec.schema_dict(), "$", spec.strict)]
+    for tool in spec.tools:
+        check_schema(tool.parameters)
+    single = len(spec.tools) == 1
+    aliases = tuple(
+        ("calls" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in spec.arguments_pointer(None if single else i)),
+         f"{tool.name}:$")
+        for i, tool in enumerate(spec.tools)
+    )  # fmt: skip
+    parts = [prepare(spec.call_schema(), "calls", spec.strict, aliases)]
+    if spec.answer_schema is not None:
+        parts.append(prepare(spec.answer_schema, "answer", spec.strict, (("answer", "answer:$"),)))
+    return parts
