@@ -259,7 +259,9 @@ def _builder(backend: GrammarBackend, spec: Spec, schemas: list[Any]) -> Callabl
 def _strip_set(name: str, missing: list[KeywordUse]) -> set[tuple[str, str]]:
     """The unenforced uses to remove before `name` sees the schema (it would mis-enforce them)."""
     if name == "xgrammar":
-        from parley.constrained.backends.xgrammar import STRIPPED
+        from parley.constrained.backends.xgrammar import LOOKAHEAD, STRIPPED
+
+        missing = [u for u in missing if u.reason != LOOKAHEAD]  # a widened pattern is still worth keeping
     else:
         from parley.constrained.backends.outlines import STRIPPED
 

@@ -333,11 +333,19 @@ def pattern_mentions_escape(pattern: str) -> bool:
     return bool(_ESCAPE_MENTIONS.search(pattern))
 
 
-# Lookarounds and backreferences: xgrammar compiles such a pattern but ignores the assertion
-# (`^((?!mode).)*$` accepts "amodeb"); outlines-core refuses to build it. Left to validation.
-_LOOKAROUND = re.compile(r"(?<!\\)(?:\\\\)*(?:\(\?<?[=!]|\\[1-9]|\\k<)")
+# Regex assertions xgrammar cannot express: a lookahead is read as always true (`^((?!mode).)*$`
+# accepts "amodeb": a superset, so the pattern may stay in the grammar), a lookbehind or a
+# backreference is a compile error. outlines-core refuses all of them. Left to validation.
+_UNESCAPED = r"(?<!\\)(?:\\\\)*"
+_LOOKAHEAD = re.compile(_UNESCAPED + r"\(\?[=!]")
+_LOOKBEHIND_OR_BACKREF = re.compile(_UNESCAPED + r"(?:\(\?<[=!]|\\[1-9]|\\k<)")
 
 
-def pattern_has_lookaround(pattern: str) -> bool:
-    """Whether a regex uses lookarounds or backreferences (not expressible as a plain automaton)."""
-    return bool(_LOOKAROUND.search(pattern))
+def pattern_has_lookahead(pattern: str) -> bool:
+    """Whether a regex uses a lookahead (`(?=...)`, `(?!...)`)."""
+    return bool(_LOOKAHEAD.search(pattern))
+
+
+def pattern_has_lookbehind_or_backreference(pattern: str) -> bool:
+    """Whether a regex uses a lookbehind or a backreference."""
+    return bool(_LOOKBEHIND_OR_BACKREF.search(pattern))

@@ -27,7 +27,8 @@ from parley.constrained.errors import (
 from parley.constrained.schema_refs import rebase_refs
 from parley.constrained.schema_support import (
     KeywordUse,
-    pattern_has_lookaround,
+    pattern_has_lookahead,
+    pattern_has_lookbehind_or_backreference,
     pattern_mentions_escape,
     scan_keywords,
     widen_untyped,
@@ -52,6 +53,8 @@ SUPPORTED_FORMATS = {
 BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 # xgrammar refuses integer bounds outside the signed 64-bit range ("precision loss at 64-bit boundary").
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Why a lookahead is reported but kept: xgrammar reads it as always true, which only widens the pattern.
+LOOKAHEAD = "lookaheads are read as always true"
 # Stripped from the schema before xgrammar sees it (it would enforce them incorrectly or reject them).
 STRIPPED = {"minLength", "maxLength", "format", "patternProperties", "pattern"} | BOUNDS
 
@@ -108,10 +111,12 @@ def _keyword_rules(uses: list[KeywordUse], lengths_in_grammar: bool, strict: boo
             out.append(use)
         elif use.keyword == "pattern" and isinstance(value, str) and pattern_mentions_escape(value):
             out.append(use)
-        elif use.keyword == "pattern" and isinstance(value, str) and pattern_has_lookaround(value):
-            out.append(replace(use, reason="lookarounds and backreferences are ignored"))
-        elif use.keyword == "patternProperties" and isinstance(value, dict) and any(map(pattern_has_lookaround, value)):
-            out.append(replace(use, reason="lookarounds and backreferences are ignored"))
+        elif use.keyword == "pattern" and isinstance(value, str) and pattern_has_lookbehind_or_backreference(value):
+            out.append(replace(use, reason="lookbehinds and backreferences are not supported"))
+        elif use.keyword == "pattern" and isinstance(value, str) and pattern_has_lookahead(value):
+            out.append(replace(use, reason=LOOKAHEAD))
+        elif use.keyword == "patternProperties" and isinstance(value, dict) and any(map(pattern_has_lookahead, value)):
+            out.append(replace(use, reason=LOOKAHEAD))
         elif use.keyword in BOUNDS and _out_of_int64(value):
             out.append(use)
     return out

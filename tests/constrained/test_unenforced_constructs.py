@@ -128,7 +128,8 @@ def test_schemas_without_such_constructs_stay_warning_free(smol_tokenizer: Any, 
         # untyped: any value (strict mode; the JSON Schema mode spells out the types, then it holds)
         ({"type": "object", "properties": {"age": {"minimum": 0}}}, "minimum", '{"age":-1}'),
         ({"type": "object", "required": ["a"], "additionalProperties": {"type": "integer"}}, "required", "{}"),
-        ({"type": "string", "pattern": "^((?!mode).)*$"}, "pattern", '"amodeb"'),  # lookahead ignored
+        ({"type": "string", "pattern": "^((?!mode).)*$"}, "pattern", '"amodeb"'),  # lookahead read as true
+        ({"type": "string", "pattern": "(?<!x)y$"}, "pattern", '"xy"'),  # lookbehind: would not compile, stripped
     ],
 )  # fmt: skip
 def test_keywords_xgrammar_never_reads_are_flagged(
@@ -214,3 +215,16 @@ def test_tool_calls_with_an_answer_validate_the_answer_against_its_schema(smol_t
     assert matcher.validate('<tool_call>{"name":"noop","arguments":{}}</tool_call>') == [
         {"name": "noop", "arguments": {}}
     ]
+
+
+def test_pattern_property_lookaheads_stay_in_the_grammar(smol_tokenizer: Any) -> None:
+    # JsonSchemaStore browser.i18n: keys "^(?!@@)[@a-zA-Z0-9_-]+$", no other keys. Stripping the
+    # pattern would forbid every key; kept, the lookahead is read as true (a superset) and validated.
+    schema = {"type": "object", "patternProperties": {"^(?!@@)[@a-z_]+$": {"type": "integer"}},
+              "additionalProperties": False}  # fmt: skip
+    matcher = compiled(smol_tokenizer, JsonSchema(schema, strict=False), "xgrammar")
+    assert admits(smol_tokenizer, matcher, '{"app_name":1}')
+    assert any("'patternProperties'" in w for w in matcher.warnings)
+    assert admits(smol_tokenizer, matcher, '{"@@x":1}')
+    with pytest.raises(ValidationFailed):
+        matcher.validate('{"@@x":1}')
