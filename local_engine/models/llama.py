@@ -137,7 +137,7 @@ class LlamaModel:
     - weight matmuls go through `WeightGemm` (oneDNN for fp32 on CPU, see gemm.py), weights prepared at load.
     """
 
-    def __init__(self, arch: LlamaArch, weights: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype):
+    def __init__(self, arch: LlamaArch, weights: dict[str, Any], device: torch.device, dtype: torch.dtype):
         self.arch = arch
         self.device = device
         self.dtype = dtype
@@ -146,9 +146,9 @@ class LlamaModel:
         # Weight matrices exist only in the form the GEMM kernel takes (see gemm.py); no dense copies are kept,
         # except the embedding table, which the LM head may share (tied) but is looked up densely.
         self.gemm = WeightGemm(device, dtype)
-        layers: list[dict[str, torch.Tensor]] = weights["layers"]
-        self.layer_weights = [
-            tuple(self.gemm.prepare(w[name]) for name in ("qkv", "o", "gate_up", "down")) for w in layers
+        prep = self.gemm.prepare
+        self.layer_weights: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = [
+            (prep(w["qkv"]), prep(w["o"]), prep(w["gate_up"]), prep(w["down"])) for w in weights["layers"]
         ]
         self.lm_head = self.gemm.prepare(weights["lm_head"])
         self.q_size = arch.num_heads * arch.head_dim
