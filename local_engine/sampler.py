@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import sys
 from collections.abc import Sequence as Seq
+from functools import lru_cache
 
 import torch
 
@@ -38,6 +40,38 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
     bits = (bitmask.unsqueeze(-1) >> shifts) & 1
     return bits.view(bitmask.shape[0], -1)[:, :vocab_size].bool()
+
+
+@lru_cache(maxsize=8)
+def _byte_to_penalties(device: torch.device) -> torch.Tensor:
+    """[256, 8] float32: entry [b, j] is 0.0 when bit j of byte b is set (token allowed), else -inf."""
+    bits = (torch.arange(256, dtype=torch.int32).unsqueeze(1) >> torch.arange(8, dtype=torch.int32)) & 1
+    return torch.where(bits.bool(), 0.0, float("-inf")).to(device)
+
+
+def bitmask_penalties(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[n, ceil(V/32)] int32 bitmask -> [n, V] float32 of 0.0 (allowed) / -inf (blocked), to add to logits.
+
+    Why not `masked_fill` with `unpack_bitmask`: on CPU a boolean masked fill over 4 x 49k logits takes
+    ~0.7 ms, a step's worth of overhead; a table lookup per mask byte plus one add takes ~0.1 ms. Adding 0.0
+    leaves a logit unchanged and adding -inf blocks it, so the result equals the masked fill.
+    """
+    if sys.byteorder != "little":  # byte order of the words decides which tokens a byte holds
+        allowed = unpack_bitmask(bitmask, vocab_size)
+        return torch.zeros(allowed.shape, device=bitmask.device).masked_fill_(~allowed, float("-inf"))
+    n = bitmask.shape[0]
+    table = _byte_to_penalties(bitmask.device)
+    per_byte = bitmask.contiguous().view(torch.uint8).view(-1).long()
+    return table.index_select(0, per_byte).view(n, -1)[:, :vocab_size]
+
+
+def rows_allowing_nothing(bitmask: torch.Tensor, vocab_size: int) -> list[bool]:
+    """For each row of the bitmask, whether it blocks every token id below `vocab_size`."""
+    full, rest = divmod(vocab_size, 32)
+    any_allowed = (bitmask[:, :full] != 0).any(dim=-1)
+    if rest:
+        any_allowed |= (bitmask[:, full] & ((1 << rest) - 1)) != 0
+    return (~any_allowed).tolist()
 
 
 class Sampler:
@@ -84,11 +118,14 @@ class Sampler:
             except Exception as exc:  # noqa: BLE001 - a broken hook fails its request, not the batch
                 seq.error = f"token hook failed: {type(exc).__name__}: {exc}"
         if mask_rows:
-            allowed = unpack_bitmask(bitmask[used].to(logits.device), logits.shape[-1])
-            idx = torch.tensor(mask_rows, device=logits.device)
-            logits[idx] = logits[idx].masked_fill(~allowed, float("-inf"))
-            for i, ok in zip(mask_rows, allowed.any(dim=-1).tolist(), strict=True):
-                if not ok:
+            words = bitmask[used]
+            penalties = bitmask_penalties(words.to(logits.device), logits.shape[-1])
+            if len(mask_rows) == logits.shape[0]:
+                logits.add_(penalties)
+            else:
+                logits.index_add_(0, torch.tensor(mask_rows, device=logits.device), penalties)
+            for i, blocked in zip(mask_rows, rows_allowing_nothing(words, logits.shape[-1]), strict=True):
+                if blocked:
                     seqs[i].error = "token hook allowed no token at all"
         return forced
 

@@ -7,7 +7,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from parley.local_engine.config import SamplingParams  # noqa: E402
-from parley.local_engine.sampler import Sampler, derive_seed, unpack_bitmask  # noqa: E402
+from parley.local_engine.sampler import (  # noqa: E402
+    Sampler,
+    bitmask_penalties,
+    derive_seed,
+    rows_allowing_nothing,
+    unpack_bitmask,
+)
 from parley.local_engine.sequence import Sequence  # noqa: E402
 
 V = 100
@@ -71,6 +77,25 @@ def test_unpack_bitmask_layout_matches_xgrammar() -> None:
     mask[0, 2] = -(1 << 31)  # token 95: the sign bit of word 2
     allowed = unpack_bitmask(mask, V)
     assert allowed[0].nonzero().flatten().tolist() == [3, 95]
+
+
+@pytest.mark.parametrize("vocab", [32, 95, 1000, 49152])
+def test_bitmask_penalties_block_exactly_the_masked_out_tokens(vocab: int) -> None:
+    gen = torch.Generator().manual_seed(vocab)
+    words = (vocab + 31) // 32
+    mask = torch.randint(-(2**31), 2**31 - 1, (3, words), dtype=torch.int32, generator=gen)
+    logits = torch.randn(3, vocab, generator=gen)
+    expected = logits.masked_fill(~unpack_bitmask(mask, vocab), float("-inf"))
+    assert torch.equal(logits + bitmask_penalties(mask, vocab), expected)
+
+
+def test_a_row_allowing_nothing_is_found_even_with_stray_bits_past_the_vocabulary() -> None:
+    vocab = 40  # two words; bits 40..63 of the second word are not tokens
+    mask = torch.zeros(3, 2, dtype=torch.int32)
+    mask[0, 1] = 1 << 20  # a stray bit only
+    mask[1, 1] = 1 << 7  # token 39
+    mask[2, 0] = 1  # token 0
+    assert rows_allowing_nothing(mask, vocab) == [True, False, False]
 
 
 class OnlyEvenHook:
