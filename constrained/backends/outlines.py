@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from parley.constrained import dispatch
 from parley.constrained.backends.base import JsonOptions, choice_regex, tool_calls_regex
+from parley.constrained.backends.index_worker import build_index_isolated
 from parley.constrained.errors import (
     BackendUnavailableError,
     CompileLimitError,
@@ -221,79 +221,6 @@ class OutlinesBackend:
         if answer is not None:
             pattern = f"(?:{pattern})|(?:{self._schema_regex(answer, options)})"
         return self._index(pattern)
-
-
-# Index builds run in a worker process under a memory cap: a regex DFA can explode (MaskBench saw
-# 188 outlines OOMs; here a 36k-char schema regex asked for 4 GiB in one allocation), and a worker
-# that dies or overruns is killed — the caller gets CompileLimitError, the machine keeps its memory.
-WORKER_MEMORY_BYTES = 4 << 30
-_POOL: list[Any] = []
-_POOL_LOCK = threading.Lock()
-
-
-def _limit_memory(limit: int) -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
-def _build_index(pattern: str, vocabulary: Any) -> Any:
-    import outlines_core
-
-    return outlines_core.Index(pattern, vocabulary)
-
-
-def _pool() -> Any:
-    with _POOL_LOCK:
-        if not _POOL:
-            import atexit
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            context = multiprocessing.get_context("spawn")
-            _POOL.append(
-                ProcessPoolExecutor(1, mp_context=context, initializer=_limit_memory, initargs=(WORKER_MEMORY_BYTES,))
-            )
-            atexit.register(_shutdown_pool)
-        return _POOL[0]
-
-
-def _shutdown_pool() -> None:
-    """Stop the worker before interpreter teardown (a pool left to the garbage collector then
-    prints an ignored exception from its manager thread)."""
-    with _POOL_LOCK:
-        pools = list(_POOL)
-        _POOL.clear()
-    for pool in pools:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _discard_pool(pool: Any) -> None:
-    with _POOL_LOCK:
-        if _POOL and _POOL[0] is pool:
-            _POOL.clear()
-    for process in list(getattr(pool, "_processes", {}).values()):
-        process.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
-
-
-def build_index_isolated(pattern: str, vocabulary: Any, timeout_s: float | None) -> Any:
-    """Build an outlines-core `Index` in the memory-capped worker; kill it past `timeout_s`."""
-    from concurrent.futures import TimeoutError as FutureTimeout
-    from concurrent.futures.process import BrokenProcessPool
-
-    pool = _pool()
-    future = pool.submit(_build_index, pattern, vocabulary)
-    try:
-        return future.result(timeout=timeout_s)
-    except FutureTimeout:
-        _discard_pool(pool)
-        raise CompileLimitError(f"outlines-core index build took longer than {timeout_s:g} s (timeout_s)") from None
-    except BrokenProcessPool:
-        _discard_pool(pool)
-        raise CompileLimitError(
-            f"outlines-core index build exceeded the worker memory cap ({WORKER_MEMORY_BYTES >> 20} MiB) or crashed"
-        ) from None
 
 
 # Bounded repetitions are unrolled into DFA states: `{0,32767}` on a JSON string character class
