@@ -401,11 +401,12 @@ class LlamaModel:
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits for the given rows of final hidden states (masks and sampling work in fp32)."""
         h = F.rms_norm(hidden, (hidden.shape[-1],), self.norm, self.arch.rms_norm_eps)
-        omp = omp_set_num_threads() if self.device.type == "cpu" and self.gemm_threads else None
-        if omp is None:
+        threads = self.gemm_threads
+        omp = omp_set_num_threads() if self.device.type == "cpu" else None
+        if omp is None or not threads:
             return self.gemm(h, self.lm_head).float()
         entry = torch.get_num_threads()  # the engine thread runs its bookkeeping on one thread (threads.py)
-        omp(self.gemm_threads or entry)
+        omp(threads)
         try:
             return self.gemm(h, self.lm_head).float()
         finally:
