@@ -11,6 +11,9 @@ becomes ``cache_control`` on the message's last block.
 Responses (and streamed events, via `StreamDecoder`) come back as assistant `Message`s whose
 reasoning parts carry ``provider="anthropic"``. Usage is returned raw: normalising it into
 `Usage` is the SDK's job (``parley.usage``).
+
+`decode_request` turns a request body back into envelopes with the API's own rules; it is the
+decoder of ``parley serve``'s ``/v1/messages``, so those rules have one home.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from parley.protocol.envelope import (
     ToolCall,
     ToolResult,
 )
-from parley.protocol.errors import ProtocolError
+from parley.protocol.errors import InvalidArgumentsError, OrphanToolResultError, ProtocolError, UnknownRoleError
 from parley.protocol.events import (
     ErrorEvent,
     Event,
@@ -117,7 +120,12 @@ def _result_block(result: ToolResult) -> dict[str, Any]:
     return block
 
 
-def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
+def assistant_blocks(message: Message, *, unsigned_reasoning: bool = False) -> list[dict[str, Any]]:
+    """An assistant message's content blocks (thinking, text, tool_use), in the message's order.
+
+    Unsigned reasoning is dropped (the API rejects it in requests) unless `unsigned_reasoning`, which
+    sends it as a ``thinking`` block with an empty signature: what a server without signing keys answers.
+    """
     blocks: list[dict[str, Any]] = []
     for part in message.parts:
         if isinstance(part, ReasoningPart):
@@ -125,8 +133,8 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
                 continue  # another provider's signature or payload means nothing here
             if part.redacted is not None:
                 blocks.append({"type": "redacted_thinking", "data": part.redacted})
-            elif part.signature is not None:
-                blocks.append({"type": "thinking", "thinking": part.text, "signature": part.signature})
+            elif part.signature is not None or unsigned_reasoning and part.text:
+                blocks.append({"type": "thinking", "thinking": part.text, "signature": part.signature or ""})
         elif isinstance(part, TextPart):
             if part.text:
                 blocks.append(_text_block(part.text))
@@ -164,7 +172,7 @@ def encode_conversation(conversation: Conversation | Sequence[Message]) -> tuple
             if pending:
                 names = sorted(pending.values())
                 raise ProtocolError(f"tool calls {names} have no result before the next assistant turn")
-            blocks = _assistant_blocks(message)
+            blocks = assistant_blocks(message)
             if not blocks:
                 continue
             wire.append({"role": "assistant", "content": blocks})
@@ -407,9 +415,13 @@ class StreamDecoder:
         return [MessageEnd(message=message, finish_reason=FINISH_REASONS.get(stop or "", stop or "stop"))]
 
 
-# -- requests back to envelopes (for proxies, logs and round-trip checks) -------------------------
-def _cache_of(blocks: Sequence[Mapping[str, Any]]) -> CacheMark | None:
-    control = blocks[-1].get("cache_control") if blocks else None
+# -- requests back to envelopes (the server's decoder; also for proxies, logs and round-trip checks) ----
+_ASSISTANT_ONLY = ("tool_use", "thinking", "redacted_thinking")
+_TEXT_ONLY = "image input is not supported by this model (text only)"
+
+
+def _mark_of(block: Mapping[str, Any]) -> CacheMark | None:
+    control = block.get("cache_control")
     if isinstance(control, Mapping):
         return CacheMark(ttl="1h" if control.get("ttl") == "1h" else "5m")
     return None
@@ -419,68 +431,142 @@ def _as_blocks(content: Any, where: str) -> list[Mapping[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):
-        raise ProtocolError(f"{where}: content must be a string or a list of blocks")
+        raise ProtocolError(f"{where}: content must be a string or a list of blocks", param=where)
     return content
 
 
-def _result_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping) and b.get("type") == "text")
-    return "" if content is None else str(content)
+def _text_of(block: Mapping[str, Any], where: str) -> str:
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise ProtocolError(f"{where}.text must be a string", param=f"{where}.text")
+    return text
 
 
-def decode_request(body: Mapping[str, Any]) -> tuple[Conversation, list[ToolSpec]]:
-    """A Messages API request body as a conversation and tools (unknown roles and orphans are errors)."""
-    from parley.protocol.errors import InvalidArgumentsError, OrphanToolResultError, UnknownRoleError
+def _texts(content: Any, where: str, *, what: str) -> tuple[str, CacheMark | None]:
+    """Text blocks (or a string) joined, and the last cache mark among them; images are refused."""
+    if content is None or isinstance(content, str):
+        return content or "", None
+    text: list[str] = []
+    mark: CacheMark | None = None
+    for j, block in enumerate(_as_blocks(content, where)):
+        at = f"{where}[{j}]"
+        if block.get("type") == "image":
+            raise ProtocolError(f"{at}: {_TEXT_ONLY}", param=at)
+        if block.get("type") != "text":
+            raise ProtocolError(f"{at}.type: {what} may hold only text blocks", param=f"{at}.type")
+        text.append(_text_of(block, at))
+        mark = _mark_of(block) or mark
+    return "".join(text), mark
 
+
+def _unanswered(pending: Mapping[str, str], index: int, param: str) -> ProtocolError:
+    ids = ", ".join(sorted(pending))
+    return ProtocolError(
+        f"messages[{index}]: `tool_use` ids were found without `tool_result` blocks immediately after: {ids}. "
+        "Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+        param=param,
+    )
+
+
+def _assistant_part(block: Mapping[str, Any], at: str) -> Part:
+    if block.get("type") == "tool_use" and not isinstance(block.get("input"), Mapping):
+        raise InvalidArgumentsError(f"{at}.input: tool_use input must be a JSON object", param=f"{at}.input")
+    try:
+        part = decode_block(block)
+    except ProtocolError:
+        part = None
+    if part is None:
+        raise ProtocolError(f"{at}: malformed {block.get('type')} block", param=at)
+    return part
+
+
+def decode_request(
+    body: Mapping[str, Any], *, allow_prefill: bool = True
+) -> tuple[Conversation, list[ToolSpec]]:
+    """A Messages API request body as a conversation and tools; the server decodes with this too.
+
+    The rules are the API's: ``tool_result`` blocks only in user messages, each answering a
+    ``tool_use`` of the assistant message right before, and every ``tool_use`` answered in the next
+    message (Anthropic's own 400 wording); ``tool_use`` ids unique within a message; assistant-only
+    blocks (tool_use, thinking) refused in user messages; text only (images refused). ``thinking`` and
+    ``redacted_thinking`` become reasoning parts with ``provider="anthropic"``; the last
+    ``cache_control`` among a message's blocks becomes the `CacheMark` of the last message it decodes
+    to. A request ending with an assistant message (prefill) is refused unless `allow_prefill`.
+    Errors are `ProtocolError`s whose `param` is the JSON path to blame.
+    """
+    entries = body.get("messages")
+    if not isinstance(entries, list):
+        raise ProtocolError("messages must be a list of messages", param="messages")
     messages: list[Message] = []
-    system = body.get("system")
-    if system:
-        blocks = _as_blocks(system, "system")
-        text = "".join(str(b.get("text", "")) for b in blocks)
-        messages.append(Message(role=Role.SYSTEM, parts=[TextPart(text=text)], cache=_cache_of(blocks)))
-    names: dict[str, str] = {}
-    for index, entry in enumerate(body.get("messages") or []):
-        where = f"messages[{index}]"
+    if body.get("system") is not None:
+        text, system_mark = _texts(body["system"], "system", what="system")
+        messages.append(Message(role=Role.SYSTEM, parts=[TextPart(text=text)], cache=system_mark))
+    pending: dict[str, str] = {}  # tool_use id -> name, awaiting results in the next message
+    for i, entry in enumerate(entries):
+        where = f"messages[{i}]"
         role = entry.get("role") if isinstance(entry, Mapping) else None
         if role not in ("user", "assistant"):
-            raise UnknownRoleError(f"{where}: unknown role {role!r} (the Messages API has user and assistant)")
-        blocks = _as_blocks(entry.get("content"), where)
-        if role == "assistant":
-            parts: list[Part] = []
-            for block in blocks:
-                if block.get("type") == "tool_use" and not isinstance(block.get("input"), Mapping):
-                    raise InvalidArgumentsError(f"{where}: tool_use input must be a JSON object")
-                part = decode_block(block)
-                if part is None:
-                    raise ProtocolError(f"{where}: unsupported block type {block.get('type')!r}")
-                if isinstance(part, ToolCall):
-                    names[part.id] = part.name
-                parts.append(part)
-            messages.append(Message(role=Role.ASSISTANT, parts=parts, cache=_cache_of(blocks)))
-            continue
-        texts: list[Part] = []
-        for block in blocks:
+            raise UnknownRoleError(
+                f"{where}.role: unknown role {role!r} (the Messages API has user and assistant)", param=f"{where}.role"
+            )
+        if pending and role != "user":
+            raise _unanswered(pending, i - 1, f"messages[{i - 1}]")
+        first = len(messages)
+        parts: list[Part] = []
+        answered: set[str] = set()
+        mark: CacheMark | None = None
+        for j, block in enumerate(_as_blocks(entry.get("content"), f"{where}.content")):
+            at = f"{where}.content[{j}]"
             kind = block.get("type")
-            if kind == "tool_result":
-                use_id = str(block.get("tool_use_id"))
-                if use_id not in names:
-                    raise OrphanToolResultError(f"{where}: tool_result for unknown tool_use id {use_id!r}")
-                result = ToolResult(call_id=use_id, name=names[use_id], content=_result_text(block.get("content")),
-                                    is_error=bool(block.get("is_error", False)))
+            mark = _mark_of(block) or mark
+            if kind == "image":
+                raise ProtocolError(f"{at}: {_TEXT_ONLY}", param=at)
+            if kind == "text":
+                parts.append(TextPart(text=_text_of(block, at)))
+            elif kind == "tool_result":
+                if role != "user":
+                    raise ProtocolError(f"{at}: tool_result blocks belong in user messages", param=at)
+                use_id = block.get("tool_use_id")
+                if not isinstance(use_id, str) or use_id not in pending:
+                    raise OrphanToolResultError(
+                        f"{at}.tool_use_id: {use_id!r} answers no tool_use block of the previous assistant message",
+                        param=f"{at}.tool_use_id",
+                    )
+                if parts:  # text before the results keeps its place
+                    messages.append(Message(role=Role.USER, parts=parts))
+                    parts = []
+                answered.add(use_id)
+                content, _ = _texts(block.get("content"), f"{at}.content", what="tool_result content")
+                result = ToolResult(call_id=use_id, name=pending[use_id], content=content,
+                                    is_error=bool(block.get("is_error")))
                 messages.append(Message(role=Role.TOOL, parts=[result], name=result.name))
-            elif kind == "text":
-                texts.append(TextPart(text=str(block.get("text", ""))))
+            elif kind not in _ASSISTANT_ONLY:
+                raise ProtocolError(f"{at}.type: unsupported block type {kind!r}", param=f"{at}.type")
+            elif role != "assistant":
+                raise ProtocolError(f"{at}: {kind} blocks belong in assistant messages", param=at)
             else:
-                raise ProtocolError(f"{where}: unsupported block type {kind!r}")
-        if texts:
-            messages.append(Message(role=Role.USER, parts=texts, cache=_cache_of(blocks)))
-        elif messages and messages[-1].role is Role.TOOL:
-            messages[-1] = messages[-1].model_copy(update={"cache": _cache_of(blocks)})
-    tools = [ToolSpec(name=t["name"], description=t.get("description", ""),
-                      parameters=t.get("input_schema") or {"type": "object", "properties": {}},
-                      strict=bool(t.get("strict", False)))
+                parts.append(_assistant_part(block, at))
+        if pending.keys() - answered:
+            raise _unanswered({k: v for k, v in pending.items() if k not in answered}, i - 1, where)
+        calls = [p for p in parts if isinstance(p, ToolCall)]
+        if len({c.id for c in calls}) != len(calls):
+            raise ProtocolError(f"{where}: tool_use ids must be unique", param=where)
+        pending = {c.id: c.name for c in calls}
+        if parts or role == "assistant":
+            messages.append(Message(role=Role.USER if role == "user" else Role.ASSISTANT, parts=parts))
+        if mark is not None and len(messages) > first:
+            messages[-1] = messages[-1].model_copy(update={"cache": mark})
+    if pending:
+        raise _unanswered(pending, len(entries) - 1, f"messages[{len(entries) - 1}]")
+    if not allow_prefill and messages and messages[-1].role is Role.ASSISTANT:
+        raise ProtocolError(
+            "the last message is from the assistant (prefill); this server needs the conversation to end with a "
+            "user message",
+            param=f"messages[{len(entries) - 1}]",
+        )
+    tools = [ToolSpec(name=t["name"], description=t.get("description") or "",
+                      parameters={"type": "object", "properties": {}} if t.get("input_schema") is None
+                      else t["input_schema"],
+                      strict=bool(t.get("strict")))
              for t in body.get("tools") or [] if isinstance(t, Mapping) and "name" in t]
     return Conversation(messages=messages), tools

@@ -6,7 +6,17 @@ from parley._root import ParleyError
 
 
 class ProtocolError(ParleyError):
-    """A conversation, wire payload or model output does not fit the protocol."""
+    """A conversation, wire payload or model output does not fit the protocol.
+
+    `param` is the JSON path of the offending field when a wire payload is to blame
+    (``messages[2].tool_call_id``), so that a server can name it in its 400; None otherwise.
+    """
+
+    param: str | None = None
+
+    def __init__(self, *args: object, param: str | None = None) -> None:
+        super().__init__(*args)
+        self.param = param
 
 
 class UnknownRoleError(ProtocolError):

@@ -10,6 +10,8 @@ Responses and streamed chunks (`StreamDecoder`, which assembles tool-call deltas
 id and name arrive only in the first chunk of each call) come back as assistant messages; the
 reasoning text of vLLM (``reasoning``) or SGLang (``reasoning_content``) becomes a reasoning
 part. `strict_json_schema` rewrites a JSON Schema into OpenAI's strict-mode subset.
+`decode_request` turns a request body back into envelopes; it is the decoder of ``parley serve``'s
+``/v1/chat/completions``, so its rules have one home.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from parley.protocol.envelope import Conversation, Message, Part, ReasoningPart, Role, TextPart, ToolCall, ToolResult
-from parley.protocol.errors import ProtocolError
+from parley.protocol.errors import InvalidArgumentsError, OrphanToolResultError, ProtocolError, UnknownRoleError
 from parley.protocol.events import (
     ErrorEvent,
     Event,
@@ -368,58 +370,129 @@ class StreamDecoder:
         return events
 
 
-# -- requests back to envelopes (for proxies, logs and round-trip checks) -------------------------
-def _content_text(content: Any, where: str) -> str:
+# -- requests back to envelopes (the server's decoder; also for proxies, logs and round-trip checks) ----
+_PLAIN_ROLES = {"system": Role.SYSTEM, "developer": Role.DEVELOPER, "user": Role.USER}
+
+
+def _string(entry: Mapping[str, Any], key: str, where: str) -> str:
+    value = entry.get(key)
+    if not isinstance(value, str) or not value:
+        raise ProtocolError(f"{where}.{key} must be a non-empty string", param=f"{where}.{key}")
+    return value
+
+
+def _name(entry: Mapping[str, Any], where: str) -> str | None:
+    name = entry.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ProtocolError(f"{where}.name must be a string", param=f"{where}.name")
+    return name
+
+
+def _content_text(content: Any, where: str, *, assistant: bool = False) -> str:
+    """``content`` as text: a string, null, or a list of text (and, for the assistant, refusal) parts.
+
+    Image parts are refused by name: parley's messages carry text only.
+    """
     if content is None or isinstance(content, str):
         return content or ""
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
-    raise ProtocolError(f"{where}: content must be a string or a list of parts")
+    if not isinstance(content, list):
+        raise ProtocolError(f"{where}: content must be a string or a list of parts", param=where)
+    kinds = ("text", "refusal") if assistant else ("text",)
+    pieces: list[str] = []
+    for j, part in enumerate(content):
+        at = f"{where}[{j}]"
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "image_url":
+            raise ProtocolError(f"{at}: image input is not supported by this model (text only)", param=at)
+        if not isinstance(part, Mapping) or kind not in kinds:
+            raise ProtocolError(f"{at}.type: unsupported content part type {kind!r}", param=f"{at}.type")
+        text = part.get(str(kind))
+        if not isinstance(text, str):
+            raise ProtocolError(f"{at}.{kind} must be a string", param=f"{at}.{kind}")
+        pieces.append(text)
+    return "".join(pieces)
+
+
+def _arguments(value: Any, where: str) -> str:
+    """Tool-call arguments as the API sends them: a JSON object encoded as a string."""
+    try:
+        if not isinstance(value, str):
+            raise ValueError
+        parsed = json.loads(value)
+    except (ValueError, RecursionError):
+        raise InvalidArgumentsError(f"{where} must be a JSON object encoded as a string", param=where) from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgumentsError(f"{where} must encode a JSON object", param=where)
+    return value
+
+
+def _assistant(entry: Mapping[str, Any], where: str, names: dict[str, str]) -> Message:
+    parts: list[Part] = []
+    reasoning = entry.get("reasoning_content") or entry.get("reasoning")  # vLLM's and SGLang's field
+    if isinstance(reasoning, str) and reasoning:
+        parts.append(ReasoningPart(text=reasoning))
+    text = _content_text(entry.get("content"), f"{where}.content", assistant=True)
+    if text:
+        parts.append(TextPart(text=text))
+    calls = entry.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise ProtocolError(f"{where}.tool_calls must be a list", param=f"{where}.tool_calls")
+    for j, call in enumerate(calls):
+        at = f"{where}.tool_calls[{j}]"
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(call, Mapping) or not isinstance(function, Mapping):
+            raise ProtocolError(f"{at} must be an object with a function", param=at)
+        call_id = _string(call, "id", at)
+        if call_id in names:
+            raise ProtocolError(f"{at}.id: duplicate tool call id {call_id!r}", param=f"{at}.id")
+        name = _string(function, "name", f"{at}.function")
+        arguments = _arguments(function.get("arguments"), f"{at}.function.arguments")
+        names[call_id] = name
+        parts.append(ToolCall(id=call_id, name=name, arguments=arguments))
+    return Message(role=Role.ASSISTANT, parts=parts, name=_name(entry, where))
 
 
 def decode_request(body: Mapping[str, Any]) -> tuple[Conversation, list[ToolSpec]]:
-    """A Chat Completions request body as a conversation and tools (unknown roles and orphans are errors)."""
-    from parley.protocol.errors import InvalidArgumentsError, OrphanToolResultError, UnknownRoleError
+    """A Chat Completions request body as a conversation and tools; the server decodes with this too.
 
-    roles = {"system": Role.SYSTEM, "developer": Role.DEVELOPER, "user": Role.USER}
+    Refused, as a `ProtocolError` whose `param` is the JSON path to blame: an unknown role
+    (`UnknownRoleError`), image or other non-text content, a tool call id used twice, tool-call
+    arguments that are not a JSON object encoded as a string (`InvalidArgumentsError`), and a tool
+    message answering no call of an earlier assistant message (`OrphanToolResultError`).
+    """
+    entries = body.get("messages")
+    if not isinstance(entries, list):
+        raise ProtocolError("messages must be a list of messages", param="messages")
     messages: list[Message] = []
-    names: dict[str, str] = {}
-    for index, entry in enumerate(body.get("messages") or []):
+    names: dict[str, str] = {}  # tool call id -> function name, over all earlier assistant messages
+    for index, entry in enumerate(entries):
         where = f"messages[{index}]"
-        role = entry.get("role") if isinstance(entry, Mapping) else None
-        text = _content_text(entry.get("content"), where) if isinstance(entry, Mapping) else ""
-        if role in roles:
-            messages.append(Message(role=roles[str(role)], parts=[TextPart(text=text)], name=entry.get("name")))
+        if not isinstance(entry, Mapping):
+            raise ProtocolError(f"{where} must be an object", param=where)
+        role = entry.get("role")
+        content_at = f"{where}.content"
+        if isinstance(role, str) and role in _PLAIN_ROLES:
+            text = _content_text(entry.get("content"), content_at)
+            messages.append(Message(role=_PLAIN_ROLES[role], parts=[TextPart(text=text)], name=_name(entry, where)))
         elif role == "assistant":
-            parts: list[Part] = []
-            reasoning = _reasoning_of(entry)
-            if reasoning:
-                parts.append(ReasoningPart(text=reasoning))
-            if text:
-                parts.append(TextPart(text=text))
-            for call in entry.get("tool_calls") or []:
-                function = call.get("function") or {}
-                call_ = ToolCall(id=str(call.get("id")), name=str(function.get("name")),
-                                 arguments=function.get("arguments") or "{}")
-                try:
-                    call_.parsed_arguments()
-                except InvalidArgumentsError as exc:
-                    raise InvalidArgumentsError(f"{where}: {exc}") from None
-                names[call_.id] = call_.name
-                parts.append(call_)
-            messages.append(Message(role=Role.ASSISTANT, parts=parts, name=entry.get("name")))
+            messages.append(_assistant(entry, where, names))
         elif role == "tool":
-            call_id = str(entry.get("tool_call_id"))
-            if call_id not in names:
-                raise OrphanToolResultError(f"{where}: tool message for unknown tool_call_id {call_id!r}")
+            call_id = entry.get("tool_call_id")
+            if not isinstance(call_id, str) or call_id not in names:
+                raise OrphanToolResultError(
+                    f"{where}.tool_call_id: {call_id!r} answers no tool call of an earlier assistant message",
+                    param=f"{where}.tool_call_id",
+                )
+            text = _content_text(entry.get("content"), content_at)
             messages.append(Message.tool(call_id, names[call_id], text))
         else:
-            raise UnknownRoleError(f"{where}: unknown role {role!r}")
+            raise UnknownRoleError(f"{where}.role: unknown role {role!r}", param=f"{where}.role")
     tools: list[ToolSpec] = []
     for tool in body.get("tools") or []:
         function = tool.get("function") if isinstance(tool, Mapping) else None
         if isinstance(function, Mapping) and "name" in function:
-            tools.append(ToolSpec(name=function["name"], description=function.get("description", ""),
-                                  parameters=function.get("parameters") or {"type": "object", "properties": {}},
-                                  strict=bool(function.get("strict", False))))
+            parameters = function.get("parameters")
+            tools.append(ToolSpec(name=function["name"], description=function.get("description") or "",
+                                  parameters={"type": "object", "properties": {}} if parameters is None else parameters,
+                                  strict=bool(function.get("strict"))))
     return Conversation(messages=messages), tools

@@ -299,3 +299,165 @@ def test_stream_decoder_survives_random_events(events: list[dict]) -> None:
         decoder.feed(event)
     out = decoder.finish()
     assert not out or isinstance(out[-1], MessageEnd)
+
+
+# -- the request decoder's rules (the server decodes through it: tests/sdk/server/test_request_decoding.py) --
+USER = {"role": "user", "content": "hi"}
+USE = {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"location": "Paris"}}
+RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "18 C"}
+
+
+def _calls(*ids: str) -> dict:
+    return {"role": "assistant", "content": [{**USE, "id": i} for i in ids]}
+
+
+def _results(*ids: str) -> dict:
+    return {"role": "user", "content": [{**RESULT, "tool_use_id": i} for i in ids]}
+
+
+def _refusal(body: dict, error: type[ProtocolError] = ProtocolError, **options: bool) -> ProtocolError:
+    with pytest.raises(error) as caught:
+        wire.decode_request(body, **options)
+    assert caught.value.param is not None
+    return caught.value
+
+
+def test_decoder_refuses_image_input_naming_the_block() -> None:
+    image = {"type": "image", "source": {"type": "url", "url": "x"}}
+    error = _refusal({"messages": [{"role": "user", "content": [{"type": "text", "text": "what?"}, image]}]})
+    assert error.param == "messages[0].content[1]" and "messages[0].content[1]" in str(error)
+    in_result = {**RESULT, "content": [image]}
+    error = _refusal({"messages": [USER, _calls("t1"), {"role": "user", "content": [in_result]}]})
+    assert error.param == "messages[2].content[0].content[0]"
+
+
+def test_decoder_refuses_unsupported_block_types_naming_the_type() -> None:
+    error = _refusal({"messages": [{"role": "user", "content": [{"type": "video"}]}]})
+    assert error.param == "messages[0].content[0].type"
+
+
+def test_tool_result_blocks_belong_in_user_messages() -> None:
+    body = {"messages": [USER, {"role": "assistant", "content": [RESULT]}]}
+    error = _refusal(body)
+    assert error.param == "messages[1].content[0]" and "tool_result blocks belong in user messages" in str(error)
+
+
+def test_a_tool_result_must_answer_the_previous_assistant_message() -> None:
+    body = {"messages": [_results("t1")]}
+    error = _refusal(body, OrphanToolResultError)
+    assert error.param == "messages[0].content[0].tool_use_id"
+    assert "'t1' answers no tool_use block of the previous assistant message" in str(error)
+    earlier = [USER, _calls("t1"), _results("t1"), {"role": "assistant", "content": "done"}, _results("t1")]
+    assert _refusal({"messages": earlier}, OrphanToolResultError).param == "messages[4].content[0].tool_use_id"
+
+
+def test_every_tool_use_is_answered_in_the_next_message_in_anthropics_words() -> None:
+    words = ("messages[1]: `tool_use` ids were found without `tool_result` blocks immediately after: t2. "
+             "Each `tool_use` block must have a corresponding `tool_result` block in the next message.")
+    partly = _refusal({"messages": [USER, _calls("t1", "t2"), _results("t1")]})
+    assert str(partly) == words and partly.param == "messages[2]"
+    words = words.replace(": t2.", ": t1, t2.")
+    assistant_next = _refusal({"messages": [USER, _calls("t2", "t1"), {"role": "assistant", "content": "x"}]})
+    assert str(assistant_next) == words and assistant_next.param == "messages[1]"
+    at_the_end = _refusal({"messages": [USER, _calls("t1", "t2")]})
+    assert str(at_the_end) == words and at_the_end.param == "messages[1]"
+
+
+@pytest.mark.parametrize("block", [USE, {"type": "thinking", "thinking": "hm", "signature": "s"},
+                                   {"type": "redacted_thinking", "data": "abc"}], ids=lambda b: b["type"])
+def test_assistant_only_blocks_are_refused_in_user_messages(block: dict) -> None:
+    error = _refusal({"messages": [{"role": "user", "content": [block]}]})
+    assert error.param == "messages[0].content[0]"
+    assert str(error) == f"messages[0].content[0]: {block['type']} blocks belong in assistant messages"
+
+
+def test_tool_use_ids_are_unique_within_a_message() -> None:
+    error = _refusal({"messages": [USER, _calls("t1", "t1"), _results("t1")]})
+    assert error.param == "messages[1]" and "tool_use ids must be unique" in str(error)
+    again = [USER, _calls("t1"), _results("t1"), _calls("t1"), _results("t1")]  # a later turn may reuse one
+    assert len(wire.decode_request({"messages": again})[0].messages) == 5
+
+
+def test_tool_use_input_must_be_an_object() -> None:
+    from parley.protocol import InvalidArgumentsError
+
+    body = {"messages": [USER, {"role": "assistant", "content": [{**USE, "input": [1]}]}]}
+    assert _refusal(body, InvalidArgumentsError).param == "messages[1].content[0].input"
+
+
+def test_prefill_is_decoded_unless_refused() -> None:
+    body = {"messages": [USER, {"role": "assistant", "content": "The answer is"}]}
+    conversation, _ = wire.decode_request(body)
+    assert conversation.messages[-1] == Message(role=Role.ASSISTANT, parts=[TextPart(text="The answer is")])
+    error = _refusal(body, allow_prefill=False)
+    assert error.param == "messages[1]" and "prefill" in str(error)
+
+
+def test_cache_control_becomes_a_cache_mark_on_the_last_message_it_decodes_to() -> None:
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    five = {"type": "ephemeral"}
+    body = {
+        "system": [{"type": "text", "text": "be ", "cache_control": five}, {"type": "text", "text": "brief"}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "a", "cache_control": hour},
+                                         {"type": "text", "text": "b"}]},
+            _calls("t1"),
+            {"role": "user", "content": [{**RESULT, "cache_control": hour}]},
+            {"role": "user", "content": "no mark"},
+        ],
+    }
+    system, user, _, result, plain = wire.decode_request(body)[0].messages
+    assert system.text == "be brief" and system.cache == CacheMark(ttl="5m")
+    assert user.cache == CacheMark(ttl="1h") and user.text == "ab"
+    assert result.role is Role.TOOL and result.cache == CacheMark(ttl="1h")
+    assert plain.cache is None
+
+
+def test_thinking_blocks_become_anthropic_reasoning_parts() -> None:
+    thinking = {"type": "thinking", "thinking": "hm", "signature": "sig"}
+    body = {"messages": [USER, {"role": "assistant", "content": [thinking, {"type": "redacted_thinking", "data": "x"},
+                                                                 {"type": "text", "text": "ok"}]}, USER]}
+    reasoning, redacted, _ = wire.decode_request(body)[0].messages[1].parts
+    assert reasoning == ReasoningPart(text="hm", signature="sig", provider="anthropic")
+    assert redacted == ReasoningPart(redacted="x", provider="anthropic")
+
+
+def test_system_may_be_a_string_or_text_blocks() -> None:
+    assert wire.decode_request({"system": "", "messages": [USER]})[0].messages[0] == Message.system("")
+    assert wire.decode_request({"messages": [USER]})[0].messages[0].role is Role.USER
+    error = _refusal({"system": [{"type": "image", "source": {}}], "messages": [USER]})
+    assert error.param == "system[0]"
+
+
+def test_text_before_tool_results_keeps_its_place() -> None:
+    body = {"messages": [USER, _calls("t1"), {"role": "user", "content": [{"type": "text", "text": "here:"}, RESULT,
+                                                                        {"type": "text", "text": "thanks"}]}]}
+    roles = [m.role for m in wire.decode_request(body)[0].messages]
+    assert roles == [Role.USER, Role.ASSISTANT, Role.USER, Role.TOOL, Role.USER]
+
+
+def test_assistant_blocks_keep_unsigned_reasoning_only_when_asked() -> None:
+    message = Message(role=Role.ASSISTANT, parts=[ReasoningPart(text="hm"), TextPart(text="hi"),
+                                                  ToolCall(id="call_1", name="f", arguments='{"a": 1}')])
+    assert [b["type"] for b in wire.assistant_blocks(message)] == ["text", "tool_use"]
+    thinking, text, call = wire.assistant_blocks(message, unsigned_reasoning=True)
+    assert thinking == {"type": "thinking", "thinking": "hm", "signature": ""}
+    assert text == {"type": "text", "text": "hi"} and call["input"] == {"a": 1}
+
+
+_blocks = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking", "x"])},
+    optional={"text": _json, "id": st.sampled_from(["t1", "t2"]), "name": _json, "input": _json,
+              "tool_use_id": st.sampled_from(["t1", "t2"]), "content": _json, "thinking": _json, "data": _json,
+              "signature": _json, "cache_control": _json})
+_entries = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system"])},
+                                 optional={"content": st.one_of(_json, st.lists(_blocks, max_size=3))})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(_entries, _json), max_size=5), st.one_of(_json, st.lists(_blocks, max_size=2)))
+def test_decoder_answers_any_json_with_a_conversation_or_a_protocol_error(entries: list, system: object) -> None:
+    try:
+        wire.decode_request({"messages": entries, "system": system}, allow_prefill=False)
+    except ProtocolError as exc:
+        assert exc.param is not None

@@ -295,3 +295,126 @@ def test_stream_decoder_survives_random_chunks(chunks: list[dict]) -> None:
         decoder.feed(chunk)
     out = decoder.finish()
     assert isinstance(out[-1], MessageEnd)
+
+
+# -- the request decoder's rules (the server decodes through it: tests/sdk/server/test_request_decoding.py) --
+USER = {"role": "user", "content": "hi"}
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+
+
+def _refusal(body: dict, error: type[ProtocolError] = ProtocolError) -> ProtocolError:
+    with pytest.raises(error) as caught:
+        wire.decode_request(body)
+    assert caught.value.param is not None and caught.value.param in str(caught.value)
+    return caught.value
+
+
+def test_decoder_refuses_image_input_naming_the_part() -> None:
+    content = [{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    error = _refusal({"messages": [{"role": "user", "content": content}]})
+    assert error.param == "messages[0].content[1]" and "text only" in str(error)
+
+
+def test_decoder_refuses_content_parts_it_cannot_carry() -> None:
+    audio = {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+    assert _refusal({"messages": [{"role": "user", "content": [audio]}]}).param == "messages[0].content[0].type"
+    refusal = {"type": "refusal", "refusal": "no"}  # an assistant part only
+    assert _refusal({"messages": [{"role": "user", "content": [refusal]}]}).param == "messages[0].content[0].type"
+    assert _refusal({"messages": [{"role": "user", "content": 5}]}).param == "messages[0].content"
+
+
+def test_decoder_refuses_a_tool_call_id_used_twice() -> None:
+    messages = [USER, {"role": "assistant", "tool_calls": [CALL]}, {"role": "tool", "tool_call_id": "call_1",
+                "content": "1"}, {"role": "assistant", "tool_calls": [CALL]}]
+    error = _refusal({"messages": messages})
+    assert error.param == "messages[3].tool_calls[0].id" and "duplicate tool call id 'call_1'" in str(error)
+
+
+def test_decoder_refuses_a_tool_message_that_answers_no_earlier_call() -> None:
+    error = _refusal({"messages": [USER, {"role": "tool", "tool_call_id": "nope", "content": "1"}]},
+                     OrphanToolResultError)
+    assert error.param == "messages[1].tool_call_id"
+    assert str(error) == "messages[1].tool_call_id: 'nope' answers no tool call of an earlier assistant message"
+    early = [USER, {"role": "tool", "tool_call_id": "call_1", "content": "1"}, {"role": "assistant",
+             "tool_calls": [CALL]}]  # the call comes after its answer
+    assert _refusal({"messages": early}, OrphanToolResultError).param == "messages[1].tool_call_id"
+
+
+@pytest.mark.parametrize(("arguments", "says"), [
+    ("{", "must be a JSON object encoded as a string"),
+    ("", "must be a JSON object encoded as a string"),
+    ({"location": "Paris"}, "must be a JSON object encoded as a string"),  # an object, not its encoding
+    ("[1, 2]", "must encode a JSON object"),
+    ("null", "must encode a JSON object"),
+])
+def test_decoder_requires_tool_call_arguments_to_be_a_json_object_string(arguments: object, says: str) -> None:
+    call = {**CALL, "function": {"name": "get_weather", "arguments": arguments}}
+    from parley.protocol import InvalidArgumentsError
+
+    error = _refusal({"messages": [USER, {"role": "assistant", "tool_calls": [call]}]}, InvalidArgumentsError)
+    assert error.param == "messages[1].tool_calls[0].function.arguments"
+    assert str(error) == f"{error.param} {says}"
+
+
+def test_decoder_refuses_unknown_roles_naming_the_role() -> None:
+    from parley.protocol import UnknownRoleError
+
+    error = _refusal({"messages": [{"role": "wizard", "content": "x"}]}, UnknownRoleError)
+    assert error.param == "messages[0].role"
+
+
+def test_decoder_refuses_malformed_shapes_naming_the_field() -> None:
+    assert _refusal({"messages": "hi"}).param == "messages"
+    assert _refusal({"messages": [USER, "hi"]}).param == "messages[1]"
+    no_id = {"type": "function", "function": {"name": "f", "arguments": "{}"}}
+    body = {"messages": [{"role": "assistant", "tool_calls": [no_id]}]}
+    assert _refusal(body).param == "messages[0].tool_calls[0].id"
+    no_name = {**CALL, "function": {"arguments": "{}"}}
+    body = {"messages": [{"role": "assistant", "tool_calls": [no_name]}]}
+    assert _refusal(body).param == "messages[0].tool_calls[0].function.name"
+
+
+def test_decoder_reads_text_part_lists_refusals_and_reasoning() -> None:
+    body = {"messages": [
+        {"role": "developer", "content": [{"type": "text", "text": "be "}, {"type": "text", "text": "brief"}]},
+        {"role": "user", "content": "hi", "name": "ann"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."}], "reasoning": "older field",
+         "reasoning_content": "vLLM's field"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "18 C"}]},
+    ]}
+    conversation, _ = wire.decode_request(body)
+    developer, user, refusal, call, result = conversation.messages
+    assert developer.role is Role.DEVELOPER and developer.text == "be brief"
+    assert user.name == "ann"
+    assert refusal.text == "I can't." and refusal.reasoning == "vLLM's field"
+    assert call.parts == [ToolCall(id="call_1", name="get_weather", arguments="{}")]
+    assert result.tool_results[0].name == "get_weather" and result.tool_results[0].content == "18 C"
+
+
+def test_decoder_keeps_tool_parameters_as_sent() -> None:
+    tools = [{"type": "function", "function": {"name": "a"}},
+             {"type": "function", "function": {"name": "b", "parameters": {}, "description": None}}]
+    _, decoded = wire.decode_request({"messages": [USER], "tools": tools})
+    assert [t.parameters for t in decoded] == [{"type": "object", "properties": {}}, {}]
+    assert decoded[1].description == ""
+
+
+_parts = st.fixed_dictionaries({"type": st.sampled_from(["text", "refusal", "image_url", "x"])},
+                               optional={"text": _json, "refusal": _json})
+_entries = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "developer", "user", "assistant", "tool", "x"])},
+    optional={"content": st.one_of(_json, st.lists(_parts, max_size=2)), "name": _json,
+              "tool_call_id": st.sampled_from(["call_1", "call_2"]), "reasoning": _json,
+              "tool_calls": st.lists(st.fixed_dictionaries({}, optional={
+                  "id": st.sampled_from(["call_1", "call_2", ""]),
+                  "function": st.fixed_dictionaries({}, optional={"name": _json, "arguments": _json})}), max_size=2)})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(_entries, _json), max_size=5))
+def test_decoder_answers_any_json_with_a_conversation_or_a_protocol_error(entries: list) -> None:
+    try:
+        wire.decode_request({"messages": entries})
+    except ProtocolError as exc:
+        assert exc.param is not None
