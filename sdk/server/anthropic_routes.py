@@ -13,7 +13,6 @@ Streams emit Anthropic's order: `message_start`, then per content block `content
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,21 +21,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from parley.protocol import (
-    CacheMark,
     Conversation,
     Message,
+    ProtocolError,
     ReasoningDelta,
-    ReasoningPart,
-    Role,
     TextDelta,
-    TextPart,
-    ToolCall,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
-    ToolResult,
     ToolSpec,
 )
+from parley.protocol import anthropic as anthropic_wire
 from parley.server import anthropic_schema as an
 from parley.server.context import (
     arrival_of,
@@ -54,96 +49,17 @@ from parley.server.turn import Turn, TurnEnd, TurnSpec
 from parley.server.validation import validate_as
 
 
-def _mark(cache: an.CacheControl | None) -> CacheMark | None:
-    return CacheMark(ttl=cache.ttl or "5m") if cache is not None else None
-
-
 def to_conversation(request: an.MessagesRequest | an.CountTokensRequest) -> Conversation:
-    messages: list[Message] = []
-    if request.system is not None:
-        if isinstance(request.system, str):
-            messages.append(Message.system(request.system))
-        else:
-            last = request.system[-1].cache_control if request.system else None
-            text = "".join(block.text for block in request.system)
-            messages.append(Message(role=Role.SYSTEM, parts=[TextPart(text=text)], cache=_mark(last)))
-    pending: dict[str, str] = {}  # tool_use id -> name, awaiting results in the next message
-    for i, m in enumerate(request.messages):
-        param = f"messages[{i}]"
-        blocks: list[Any] = [an.TextBlock(type="text", text=m.content)] if isinstance(m.content, str) else m.content
-        if pending and m.role != "user":
-            raise invalid(_unanswered(pending, i - 1), f"messages[{i - 1}]")
-        answered: set[str] = set()
-        parts: list[Any] = []
-        mark: CacheMark | None = None
-        for j, block in enumerate(blocks):
-            where = f"{param}.content[{j}]"
-            mark = _mark(getattr(block, "cache_control", None)) or mark
-            if isinstance(block, an.ImageBlock):
-                raise invalid(f"{where}: image input is not supported by this model (text only)", where)
-            if isinstance(block, an.TextBlock):
-                parts.append(TextPart(text=block.text))
-            elif isinstance(block, an.ToolResultBlock):
-                if m.role != "user":
-                    raise invalid(f"{where}: tool_result blocks belong in user messages", where)
-                if block.tool_use_id not in pending:
-                    raise invalid(
-                        f"{where}.tool_use_id: {block.tool_use_id!r} answers no tool_use block of the previous "
-                        "assistant message",
-                        f"{where}.tool_use_id",
-                    )
-                content = (
-                    block.content if isinstance(block.content, str) else "".join(b.text for b in block.content or [])
-                )
-                if parts:
-                    messages.append(Message(role=Role.USER, parts=parts))
-                    parts = []
-                answered.add(block.tool_use_id)
-                result = ToolResult(
-                    call_id=block.tool_use_id,
-                    name=pending[block.tool_use_id],
-                    content=content,
-                    is_error=bool(block.is_error),
-                )
-                messages.append(Message(role=Role.TOOL, parts=[result], name=result.name))
-            elif m.role != "assistant":
-                raise invalid(f"{where}: {block.type} blocks belong in assistant messages", where)
-            elif isinstance(block, an.ToolUseBlock):
-                parts.append(
-                    ToolCall(id=block.id, name=block.name, arguments=json.dumps(block.input, ensure_ascii=False))
-                )
-            elif isinstance(block, an.ThinkingBlock):
-                parts.append(ReasoningPart(text=block.thinking, signature=block.signature, provider="anthropic"))
-            else:
-                parts.append(ReasoningPart(redacted=block.data, provider="anthropic"))
-        if pending and pending.keys() - answered:
-            raise invalid(_unanswered({k: v for k, v in pending.items() if k not in answered}, i - 1), param)
-        pending = {}
-        if m.role == "assistant":
-            ids = [p.id for p in parts if isinstance(p, ToolCall)]
-            if len(ids) != len(set(ids)):
-                raise invalid(f"{param}: tool_use ids must be unique", param)
-            pending = {p.id: p.name for p in parts if isinstance(p, ToolCall)}
-        if parts or m.role == "assistant":
-            role = Role.USER if m.role == "user" else Role.ASSISTANT
-            messages.append(Message(role=role, parts=parts, cache=mark))
-    if pending:
-        raise invalid(_unanswered(pending, len(request.messages) - 1), f"messages[{len(request.messages) - 1}]")
-    if messages and messages[-1].role is Role.ASSISTANT:
-        raise invalid(
-            "the last message is from the assistant (prefill); this server needs the conversation to end with a "
-            "user message",
-            f"messages[{len(request.messages) - 1}]",
-        )
-    return Conversation(messages=messages)
+    """The validated system and messages, decoded by the one Messages decoder (`parley.protocol.anthropic`).
 
-
-def _unanswered(pending: dict[str, str], index: int) -> str:
-    ids = ", ".join(sorted(pending))
-    return (
-        f"messages[{index}]: `tool_use` ids were found without `tool_result` blocks immediately after: {ids}. "
-        "Each `tool_use` block must have a corresponding `tool_result` block in the next message."
-    )
+    Prefill (a last assistant message) is refused: this server always answers a user message.
+    """
+    body = request.model_dump(by_alias=True, exclude_none=True)
+    try:
+        conversation, _ = anthropic_wire.decode_request(body, allow_prefill=False)
+    except ProtocolError as exc:
+        raise invalid(str(exc), exc.param or "messages") from None
+    return conversation
 
 
 def to_turn_spec(request: an.MessagesRequest, salt: str, deadline_s: float | None) -> TurnSpec:
@@ -202,14 +118,8 @@ def _usage(end: TurnEnd) -> dict[str, Any]:
 
 
 def _content_json(message: Message) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
-    if message.reasoning:
-        blocks.append({"type": "thinking", "thinking": message.reasoning, "signature": ""})
-    if message.text:
-        blocks.append({"type": "text", "text": message.text})
-    for call in message.tool_calls:
-        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": json.loads(call.arguments)})
-    return blocks
+    """The reply's blocks, encoded as requests encode assistant messages (unsigned thinking kept, signature "")."""
+    return anthropic_wire.assistant_blocks(message, unsigned_reasoning=True)
 
 
 async def _complete(turn: Turn, model: str, message_id: str, request: Request) -> dict[str, Any]:

@@ -9,7 +9,6 @@ and name only in the first) and, with `stream_options.include_usage`, one last c
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,18 +19,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from parley.protocol import (
     Conversation,
-    Message,
+    ProtocolError,
     ReasoningDelta,
-    ReasoningPart,
-    Role,
     TextDelta,
-    TextPart,
-    ToolCall,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
     ToolSpec,
 )
+from parley.protocol import openai as openai_wire
 from parley.server import openai_schema as oa
 from parley.server.context import (
     arrival_of,
@@ -50,73 +46,13 @@ from parley.server.validation import validate_as
 
 
 # -- request -> conversation ---------------------------------------------------------------------
-def _text_of(content: str | list[Any] | None, param: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    pieces: list[str] = []
-    for i, part in enumerate(content):
-        if isinstance(part, oa.ImageContent):
-            raise invalid(f"{param}[{i}]: image input is not supported by this model (text only)", f"{param}[{i}]")
-        if isinstance(part, oa.RefusalContent):
-            pieces.append(part.refusal)
-        else:
-            pieces.append(part.text)
-    return "".join(pieces)
-
-
 def to_conversation(request: oa.ChatCompletionRequest) -> Conversation:
-    """Messages -> envelope; a tool message must answer a call made by an earlier assistant message."""
-    messages: list[Message] = []
-    calls: dict[str, str] = {}
-    for i, m in enumerate(request.messages):
-        param = f"messages[{i}]"
-        if isinstance(m, oa.SystemMessage):
-            messages.append(Message(role=Role.SYSTEM, parts=[TextPart(text=_text_of(m.content, param + ".content"))]))
-        elif isinstance(m, oa.DeveloperMessage):
-            messages.append(
-                Message(role=Role.DEVELOPER, parts=[TextPart(text=_text_of(m.content, param + ".content"))])
-            )
-        elif isinstance(m, oa.UserMessage):
-            text = _text_of(m.content, param + ".content")
-            messages.append(Message(role=Role.USER, parts=[TextPart(text=text)], name=m.name))
-        elif isinstance(m, oa.AssistantMessage):
-            parts: list[Any] = []
-            reasoning = m.reasoning_content or m.reasoning
-            if reasoning:
-                parts.append(ReasoningPart(text=reasoning))
-            text = _text_of(m.content, param + ".content")
-            if text:
-                parts.append(TextPart(text=text))
-            for j, call in enumerate(m.tool_calls or []):
-                if call.id in calls:
-                    raise invalid(
-                        f"{param}.tool_calls[{j}].id: duplicate tool call id {call.id!r}", f"{param}.tool_calls[{j}].id"
-                    )
-                _check_arguments(call.function.arguments, f"{param}.tool_calls[{j}].function.arguments")
-                calls[call.id] = call.function.name
-                parts.append(ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments))
-            messages.append(Message(role=Role.ASSISTANT, parts=parts, name=m.name))
-        else:
-            if m.tool_call_id not in calls:
-                raise invalid(
-                    f"{param}.tool_call_id: {m.tool_call_id!r} answers no tool call of an earlier assistant message",
-                    f"{param}.tool_call_id",
-                )
-            messages.append(
-                Message.tool(m.tool_call_id, calls[m.tool_call_id], _text_of(m.content, param + ".content"))
-            )
-    return Conversation(messages=messages)
-
-
-def _check_arguments(arguments: str, param: str) -> None:
+    """The validated messages, decoded by the one Chat Completions decoder (`parley.protocol.openai`)."""
     try:
-        value = json.loads(arguments)
-    except ValueError:
-        raise invalid(f"{param} must be a JSON object encoded as a string", param) from None
-    if not isinstance(value, dict):
-        raise invalid(f"{param} must encode a JSON object", param)
+        conversation, _ = openai_wire.decode_request(request.model_dump(by_alias=True, exclude_none=True))
+    except ProtocolError as exc:
+        raise invalid(str(exc), exc.param or "messages") from None
+    return conversation
 
 
 def to_turn_spec(request: oa.ChatCompletionRequest, salt: str, deadline_s: float | None) -> TurnSpec:
