@@ -2,14 +2,18 @@
 
 JSON specs — a `JsonSchema`, and a `ToolCalls`' call schema (every tool's parameters) and answer
 schema alike — are first prepared by one code path (`parley.constrained.schema_prep`): checked,
-`$ref`s made robust, patterns rewritten. Backend choice ("auto"): every keyword use is checked
-against each backend's list of what it would *not* enforce (its keyword list, plus what its
-converter never reads where it stands: see `parley.constrained.dispatch`). xgrammar is preferred;
-outlines is tried first only when it leaves fewer keywords unenforced. If the preferred backend
-fails to compile (an unsupported construct, or the deadline), the next one is tried. Whatever the
-chosen backend still does not enforce is never dropped silently: it is recorded in
-`Matcher.warnings` (and logged) and `Matcher.needs_validation` is set, so outputs are validated
-after generation. An explicit backend never falls back: its failure is raised.
+`$ref`s made robust, patterns rewritten.
+
+Backend choice ("auto") is a function of the spec alone: xgrammar whenever it can compile the spec;
+outlines only when xgrammar raises `UnsupportedSpecError` (EBNF grammars never leave xgrammar).
+outlines is not preferred where it would enforce more keywords: it over-constrains (extra object keys
+are always forbidden, `any_order` is ignored) and would reject valid instances xgrammar accepts. A
+deadline or memory failure (`CompileLimitError`, e.g. outlines' memory-capped index worker) is raised,
+never a reason to switch backends, so which backend compiles a spec does not depend on the machine or
+its load. Whatever the chosen backend does not enforce (each backend's list: its keyword rules plus
+what its converter never reads where it stands, see `parley.constrained.dispatch`) is never dropped
+silently: it is recorded in `Matcher.warnings` (and logged) and `Matcher.needs_validation` is set, so
+outputs are validated after generation. An explicit backend never falls back: its failure is raised.
 
 Compiles run in a daemon thread joined with a timeout (`timeout_s`), and specs larger than
 `max_spec_bytes` are refused up front, so a pathological schema costs at most the deadline — it
@@ -33,14 +37,13 @@ from typing import Any, Literal
 from parley.constrained.backends.base import CompiledGrammar, GrammarBackend, JsonOptions
 from parley.constrained.errors import (
     CompileLimitError,
-    ConstrainedError,
     InvalidRegexError,
     InvalidSpecError,
     UnsupportedSpecError,
 )
 from parley.constrained.matcher import Matcher
 from parley.constrained.schema_prep import JsonPart, json_parts
-from parley.constrained.schema_support import KeywordUse, iter_subschemas, pattern_mentions_escape, strip_keywords
+from parley.constrained.schema_support import KeywordUse, pattern_mentions_escape, strip_keywords
 from parley.constrained.specs import Choice, Grammar, JsonSchema, Regex, Spec, ToolCalls
 from parley.constrained.tokenizer_info import TokenizerInfo, tokenizer_info
 
@@ -151,38 +154,19 @@ def _json_options(spec: JsonSchema | ToolCalls) -> JsonOptions:
     return JsonOptions(spec.whitespace == "compact", spec.max_whitespace, spec.strict, any_order, lengths)
 
 
-def _candidates(requested: str, spec: Spec, parts: list[JsonPart]) -> list[str]:
+def _candidates(requested: str, spec: Spec) -> list[str]:
+    """The backends to try, in order: xgrammar, then outlines only for what xgrammar cannot compile.
+
+    The order depends on nothing but the requested backend and the spec's kind. outlines is never
+    preferred for enforcing more keywords: it over-constrains (it forbids extra object keys whatever
+    `additionalProperties` says, and ignores `any_order`), so it would reject valid instances that
+    xgrammar accepts (MaskBench Github_easy o90313: reordered keys).
+    """
     if requested != "auto":
         return [requested]
     if isinstance(spec, Grammar):
         return ["xgrammar"]
-    if isinstance(spec, (JsonSchema, ToolCalls)) and (spec.strict or not _admits_extra_keys(parts)):
-        # outlines first only when it enforces strictly more; it always forbids extra keys, which
-        # is wrong for non-strict specs whose objects admit them.
-        options = _json_options(spec)
-        # lengths the caller sent to validation (string_lengths="validate") do not count
-        delegated = set() if options.lengths_in_grammar else {"minLength", "maxLength"}
-        by_outlines = {
-            (u.keyword, u.path) for u in _unenforced("outlines", parts, options) if u.keyword not in delegated
-        }
-        by_xgrammar = {
-            (u.keyword, u.path) for u in _unenforced("xgrammar", parts, options) if u.keyword not in delegated
-        }
-        if by_outlines < by_xgrammar:
-            return ["outlines", "xgrammar"]
     return ["xgrammar", "outlines"]
-
-
-def delegated_uses(uses: list[KeywordUse], keywords: set[str]) -> set[tuple[str, str]]:
-    return {(u.keyword, u.path) for u in uses if u.keyword in keywords}
-
-
-def _admits_extra_keys(parts: list[JsonPart]) -> bool:
-    return any(
-        isinstance(node.get("properties"), dict) and node.get("additionalProperties", True) is not False
-        for part in parts
-        for _, node in iter_subschemas(part.schema)
-    )
 
 
 def _compile_uncached(
@@ -206,18 +190,21 @@ def _compile_uncached(
 
         raise GrammarSyntaxError("empty grammar")
 
-    errors: list[ConstrainedError] = []
-    for name in _candidates(requested, spec, parts):
+    errors: list[UnsupportedSpecError] = []
+    for name in _candidates(requested, spec):
         backend = _backend(name, tok, timeout_s)
         missing = _unenforced(name, parts, _json_options(spec)) if parts else []  # type: ignore[arg-type]
         strip = _strip_set(name, missing)
         work = _builder(backend, spec, [strip_keywords(p.schema, strip, p.label) for p in parts])
         try:
             compiled = _with_deadline(work, timeout_s, f"a {spec.kind} spec with {name}")
-        except (UnsupportedSpecError, CompileLimitError) as exc:
+        except UnsupportedSpecError as exc:
+            # the spec is beyond this backend, whatever the machine: the next one may express it
             errors.append(exc)
             logger.info("backend %s could not compile %s: %s", name, spec.kind, exc)
             continue
+        # A CompileLimitError (deadline, size, the outlines worker's memory cap) is not a reason to
+        # switch: it depends on the machine and its load, and the backend choice must not.
         warnings = tuple(_warning(name, use, parts) for use in missing)
         if warnings:
             logger.info("compiled %s with %s; %d keyword(s) not enforced: %s", spec.kind, name, len(warnings),
@@ -226,8 +213,6 @@ def _compile_uncached(
     if len(errors) == 1:
         raise errors[0]
     detail = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
-    if all(isinstance(e, CompileLimitError) for e in errors):
-        raise CompileLimitError(f"no backend compiled the spec in time: {detail}")
     raise UnsupportedSpecError(f"no backend can compile the spec: {detail}")
 
 

@@ -7,7 +7,7 @@ specs have default lowerings on top of those: `choice` (an escaped regex alterna
 
 `unenforced(schema, root, options)` is the backend's honest list of the keyword uses it would compile
 but not enforce (paths start at `root`); the compiler turns those into recorded warnings plus
-post-hoc validation, or picks another backend. `tool_calls` gets the prepared call-object schema and
+post-hoc validation (they never change which backend is chosen). `tool_calls` gets the prepared call-object schema and
 answer schema (see `parley.constrained.schema_prep`), never the raw tool parameters.
 Backends raise `UnsupportedSpecError` for a spec they cannot compile and the `InvalidSpecError`
 family for malformed input.

@@ -224,7 +224,7 @@ class OutlinesBackend:
 
 
 # Bounded repetitions are unrolled into DFA states: `{0,32767}` on a JSON string character class
-# builds an index of tens of GB. Refuse up front instead (auto then stays on xgrammar).
+# builds an index of tens of GB. Refuse up front instead: a typed error, decided by the pattern alone.
 MAX_REPEAT = 1_000
 MAX_REPEAT_TOTAL = 4_000
 MAX_REGEX_CHARS = 100_000

@@ -1,0 +1,162 @@
+"""Backend choice on "auto": xgrammar whenever it compiles the spec; outlines only for what it cannot.
+
+The choice is a function of the spec alone. It used to prefer outlines where outlines enforced more
+keywords, and to fall back past a deadline or a memory failure, so on MaskBench's
+`Github_easy---o90313` it depended on whether the memory-capped outlines index worker happened to
+finish on the machine: where it did, outlines was chosen and rejected the valid instance (outlines
+ignores `any_order`, and the instance lists `styleName` before `name`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from parley.constrained import (
+    Choice,
+    CompileCache,
+    CompileLimitError,
+    JsonSchema,
+    Regex,
+    Spec,
+    ToolCalls,
+    UnsupportedSpecError,
+    compile,
+)
+from parley.protocol import ToolSpec
+from tests.conftest import SHARED
+from tests.constrained.conftest import feed
+
+DEV = SHARED / "data" / "jsonschemabench" / "dev"
+O90313 = "Github_easy/Github_easy---o90313.json"
+# The dev-split schemas on which auto preferred outlines before (it left fewer keywords unenforced).
+FORMERLY_OUTLINES = [
+    O90313,
+    "Github_medium/Github_medium---o65012.json",
+    "Snowplow/Snowplow---sp_351_Normalized.json",
+    "Snowplow/Snowplow---sp_352_Normalized.json",
+]
+MEMORY_CAP = "outlines-core index build exceeded the worker memory cap (4096 MiB) or crashed"
+
+
+def load(relative: str) -> Any:
+    path = DEV / relative
+    if not path.is_file():
+        pytest.skip(f"MaskBench dev split not found at {DEV}")
+    return json.loads(path.read_text())
+
+
+def bench_spec(schema: Any) -> JsonSchema:
+    """The options the MaskBench tests compile with (see test_maskbench.py)."""
+    return JsonSchema(schema, strict=False, any_order=True, string_lengths="validate")
+
+
+@pytest.fixture
+def outlines_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records every outlines index build (the real worker still runs)."""
+    import parley.constrained.backends.outlines as outlines_backend
+
+    calls: list[str] = []
+    real = outlines_backend.build_index_isolated
+
+    def spy(pattern: str, vocabulary: Any, timeout_s: float | None) -> Any:
+        calls.append(pattern)
+        return real(pattern, vocabulary, timeout_s)
+
+    monkeypatch.setattr(outlines_backend, "build_index_isolated", spy)
+    return calls
+
+
+def broken_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The outlines worker fails as a memory-capped process does on a small machine."""
+    import parley.constrained.backends.outlines as outlines_backend
+
+    def fail(pattern: str, vocabulary: Any, timeout_s: float | None) -> Any:
+        raise CompileLimitError(MEMORY_CAP)
+
+    monkeypatch.setattr(outlines_backend, "build_index_isolated", fail)
+
+
+def test_o90313_compiles_on_xgrammar_and_accepts_its_valid_instance(
+    smol_tokenizer: Any, outlines_builds: list[str]
+) -> None:
+    case = load(O90313)
+    matcher = compile(bench_spec(case["schema"]), smol_tokenizer, cache=CompileCache())
+    assert matcher.backend == "xgrammar"
+    assert outlines_builds == []  # outlines is not even consulted
+    valid = [test["data"] for test in case["tests"] if test["valid"]]
+    assert valid
+    for data in valid:
+        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        matcher.reset()
+        assert feed(matcher, smol_tokenizer, text), text  # every token allowed by the mask and accepted
+        matcher.reset()
+        ids = smol_tokenizer.encode(text, add_special_tokens=False)
+        assert all(matcher.accept_token(i) for i in ids) and matcher.is_completed()
+        assert matcher.validate(text) == data
+    # what xgrammar does not enforce here (the oneOf over `required`) goes to validation, not to outlines
+    assert matcher.needs_validation and any("'oneOf'" in w for w in matcher.warnings), matcher.warnings
+
+
+@pytest.mark.parametrize("relative", FORMERLY_OUTLINES)
+def test_the_choice_is_the_same_when_the_outlines_worker_fails(
+    smol_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, outlines_builds: list[str], relative: str
+) -> None:
+    spec = bench_spec(load(relative)["schema"])
+    working = compile(spec, smol_tokenizer, cache=CompileCache())
+    broken_worker(monkeypatch)
+    failing = compile(spec, smol_tokenizer, cache=CompileCache())
+    assert working.backend == failing.backend == "xgrammar"
+    assert working.warnings == failing.warnings
+    assert outlines_builds == []
+
+
+TOOLS = [ToolSpec(name="add", parameters={"type": "object", "properties": {"a": {"type": "integer"}}})]
+SPECS: list[Spec] = [
+    Choice(["yes", "no"]),
+    Regex("[a-z]{1,8}"),
+    JsonSchema({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}, "required": ["a"]}),
+    JsonSchema({"type": "array", "items": {"type": "string", "maxLength": 4}, "uniqueItems": True}),
+    JsonSchema({"type": "object", "properties": {"b": {"type": "string"}}}, strict=False),
+    ToolCalls(TOOLS),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kind)
+def test_auto_never_asks_outlines_about_a_spec_xgrammar_compiles(
+    smol_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, outlines_builds: list[str], spec: Spec
+) -> None:
+    assert compile(spec, smol_tokenizer, cache=CompileCache()).backend == "xgrammar"
+    broken_worker(monkeypatch)
+    assert compile(spec, smol_tokenizer, cache=CompileCache()).backend == "xgrammar"
+    assert outlines_builds == []
+
+
+def test_what_xgrammar_cannot_compile_goes_to_outlines_or_fails_typed(
+    smol_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = JsonSchema({"type": "integer", "minimum": 0.5})  # xgrammar refuses a fractional integer bound
+    with pytest.raises(UnsupportedSpecError):
+        compile(spec, smol_tokenizer, backend="xgrammar", cache=CompileCache())
+    assert compile(spec, smol_tokenizer, cache=CompileCache()).backend == "outlines"
+    broken_worker(monkeypatch)
+    with pytest.raises(CompileLimitError, match="memory cap"):
+        compile(spec, smol_tokenizer, cache=CompileCache())
+
+
+def test_an_xgrammar_deadline_is_raised_not_handed_to_outlines(
+    smol_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, outlines_builds: list[str]
+) -> None:
+    from parley.constrained.backends.xgrammar import XGrammarBackend
+
+    def slow(self: XGrammarBackend, schema: Any, options: Any) -> Any:
+        time.sleep(0.5)
+        raise AssertionError("past the deadline: nobody reads this")
+
+    monkeypatch.setattr(XGrammarBackend, "json_schema", slow)
+    with pytest.raises(CompileLimitError, match="with xgrammar"):
+        compile(JsonSchema({"type": "integer"}), smol_tokenizer, timeout_s=0.05, cache=CompileCache())
+    assert outlines_builds == []
