@@ -1,10 +1,13 @@
 """`parley.constrained`: grammar specs compiled to token-mask matchers.
 
 `compile(spec, tokenizer)` turns a `JsonSchema`, `Regex`, `Grammar`, `Choice` or `ToolCalls` spec
-into a `Matcher` that masks next-token logits (xgrammar by default, outlines-core as the other
-backend); `ConstraintHook` plugs a matcher into the local engine; `validate` checks finished
-outputs. Importing this package imports neither xgrammar, outlines nor torch: backends are loaded
-when a spec is first compiled.
+into a `Matcher` that fills next-token bitmasks (backend "auto": xgrammar whenever it can compile the
+spec, outlines-core only for what xgrammar cannot; the choice depends on the spec alone);
+`ConstraintHook` plugs a matcher into the local engine, which applies the masks itself, starting at a
+`Trigger` such as `THINK_END` or `TOOL_CALL_OPEN`; `validate` checks finished outputs. Importing this
+package imports neither xgrammar, outlines nor torch: backends are loaded when a spec is first
+compiled. (The Harmony triggers `HARMONY_FINAL` / `HARMONY_COMMENTARY` live in
+`parley.constrained.hook`.)
 """
 
 from parley.constrained.compiler import CompileCache, compile, compile_cache
@@ -22,14 +25,10 @@ from parley.constrained.errors import (
     ValidationFailed,
 )
 from parley.constrained.hook import (
-    HARMONY_COMMENTARY,
-    HARMONY_FINAL,
     THINK_END,
     TOOL_CALL_OPEN,
     ConstraintHook,
     Trigger,
-    apply_bitmask,
-    fill_bitmasks,
 )
 from parley.constrained.matcher import Matcher
 from parley.constrained.specs import Choice, Grammar, JsonSchema, Regex, Spec, ToolCalls
@@ -45,8 +44,6 @@ __all__ = [
     "ConstraintHook",
     "Grammar",
     "GrammarSyntaxError",
-    "HARMONY_COMMENTARY",
-    "HARMONY_FINAL",
     "InvalidRegexError",
     "InvalidSchemaError",
     "InvalidSpecError",
@@ -63,10 +60,8 @@ __all__ = [
     "UnsupportedDraftError",
     "UnsupportedSpecError",
     "ValidationFailed",
-    "apply_bitmask",
     "compile",
     "compile_cache",
-    "fill_bitmasks",
     "parse_tool_calls",
     "tokenizer_info",
     "validate",

@@ -17,8 +17,7 @@ chosen token. `ConstraintHook` answers from a `Matcher`:
   spaces and newlines: the model must move on, and its next-best choice usually closes the value.
 - **Jump-forward** (`jump_forward=True`): tokens the grammar forces are emitted without sampling.
 
-`fill_bitmasks` fills one step's masks for many requests at once (xgrammar's batch matcher runs
-them in parallel threads); `apply_bitmask` masks fp32 logits in place.
+Applying the masks to logits is the engine's job (its sampler), not this module's.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from parley.constrained.matcher import Matcher
 
@@ -173,70 +172,3 @@ def _pack(flags: torch.Tensor) -> torch.Tensor:
     weights = torch.tensor([1 << i for i in range(31)] + [-(1 << 31)], dtype=torch.int64)
     words = (flags.view(-1, 32).to(torch.int64) * weights).sum(dim=1)
     return words.to(torch.int32)
-
-
-_BATCH: list[Any] = []
-
-
-def _batch_matcher() -> Any:
-    """One shared xgrammar `BatchGrammarMatcher` (it owns a thread pool; creating one per step is wasteful)."""
-    if not _BATCH:
-        import xgrammar as xgr
-
-        _BATCH.append(xgr.BatchGrammarMatcher())
-    return _BATCH[0]
-
-
-def fill_bitmasks(hooks: Sequence[ConstraintHook | None], bitmask: torch.Tensor) -> list[bool]:
-    """Fill row i of `bitmask` for hooks[i] (None = unconstrained); returns which rows constrain.
-
-    Active xgrammar matchers without pending guard/trigger logic are filled together by xgrammar's
-    `BatchGrammarMatcher` (parallel threads); the rest one by one.
-    """
-    bitmask.fill_(-1)
-    used = [False] * len(hooks)
-    batch_rows: list[int] = []
-    batch_matchers: list[Any] = []
-    for i, hook in enumerate(hooks):
-        if hook is None or not hook.active:
-            continue
-        inner = hook.matcher.inner
-        raw = getattr(inner, "raw", None)
-        if raw is not None and not hook.matcher.exhausted and not hook._guard_tripped():
-            batch_rows.append(i)
-            batch_matchers.append(raw)
-        else:
-            used[i] = hook.fill_bitmask(bitmask[i])
-    if len(batch_matchers) > 1:
-        _batch_matcher().batch_fill_next_token_bitmask(batch_matchers, bitmask, indices=batch_rows)
-        for i in batch_rows:
-            used[i] = True
-    elif batch_matchers:
-        i = batch_rows[0]
-        hook = hooks[i]
-        assert hook is not None
-        used[i] = hook.fill_bitmask(bitmask[i])
-    return used
-
-
-def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: Sequence[int] | None = None) -> torch.Tensor:
-    """Set disallowed logits to -inf in place (fp32; other dtypes are upcast and returned as fp32).
-
-    `logits` is (batch, vocab) or (vocab,); `bitmask` the matching int32 words. Columns beyond the
-    mask's width are disallowed. Returns the (possibly upcast) logits tensor.
-    """
-    import torch
-
-    if logits.dtype != torch.float32:
-        logits = logits.float()
-    two_d = logits if logits.dim() == 2 else logits.unsqueeze(0)
-    masks = bitmask if bitmask.dim() == 2 else bitmask.unsqueeze(0)
-    selected = list(range(two_d.shape[0])) if rows is None else list(rows)
-    width = two_d.shape[1]
-    shifts = torch.arange(32, dtype=torch.int32, device=masks.device)
-    for r in selected:
-        allowed = ((masks[r].unsqueeze(-1) >> shifts) & 1).bool().view(-1)
-        if allowed.numel() < width:
-            allowed = torch.cat([allowed, allowed.new_zeros(width - allowed.numel())])
-        two_d[r].masked_fill_(~allowed[:width].to(two_d.device), float("-inf"))
-    return logits

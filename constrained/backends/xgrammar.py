@@ -168,11 +168,6 @@ class XGrammarMatcher:
     def forced_tokens(self) -> list[int]:
         return list(self._matcher.find_jump_forward_tokens())
 
-    @property
-    def raw(self) -> Any:
-        """The xgrammar `GrammarMatcher` (for `BatchGrammarMatcher`)."""
-        return self._matcher
-
 
 @dataclass
 class XGrammarCompiled:

@@ -1,10 +1,9 @@
-"""`ConstraintHook` and the batch helpers, driven by a fake decoding loop (no model)."""
+"""`ConstraintHook`, driven by a fake decoding loop (no model)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import torch
 
 from parley.constrained import (
@@ -14,13 +13,18 @@ from parley.constrained import (
     ConstraintHook,
     JsonSchema,
     ToolCalls,
-    apply_bitmask,
     compile,
-    fill_bitmasks,
     validate,
 )
 from parley.local_engine.hooks import TokenHook
 from parley.protocol import ToolSpec
+
+
+def masked(logits: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+    """`logits` with every token the int32 bitmask `row` disallows set to -inf (bit i%32 of word i//32)."""
+    bits = (row.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1
+    allowed = bits.bool().view(-1)[: logits.shape[-1]]
+    return logits.masked_fill(~allowed, float("-inf"))
 
 
 def decode_loop(hook: ConstraintHook, scores: torch.Tensor, max_steps: int) -> list[int]:
@@ -33,7 +37,7 @@ def decode_loop(hook: ConstraintHook, scores: torch.Tensor, max_steps: int) -> l
             row = torch.full((hook.matcher.tokenizer.bitmask_words,), -1, dtype=torch.int32)
             logits = scores[len(out) % scores.shape[0]].clone()
             if hook.fill_bitmask(row):
-                logits = apply_bitmask(logits, row)
+                logits = masked(logits, row)
             forced = int(torch.argmax(logits[:vocab]))
         out.append(forced)
         hook.accept_token(forced)
@@ -99,42 +103,8 @@ def test_tool_call_trigger_feeds_the_opening_tag(smol_tokenizer: Any) -> None:
     assert hook.violations == 0 and hook.matcher.is_completed()
 
 
-def test_batched_fill_matches_one_by_one(smol_tokenizer: Any) -> None:
-    specs = [Choice(["alpha", "beta"]), JsonSchema({"type": "integer"}), Choice(["x"])]
-    hooks: list[ConstraintHook | None] = [ConstraintHook(compile(s, smol_tokenizer)) for s in specs]
-    hooks.insert(1, None)
-    words = (len(smol_tokenizer) + 31) // 32
-    batch = torch.empty(len(hooks), words, dtype=torch.int32)
-    used = fill_bitmasks(hooks, batch)
-    assert used == [True, False, True, True]
-    assert bool((batch[1] == -1).all())
-    for i, hook in enumerate(hooks):
-        if hook is not None:
-            row = torch.full((words,), -1, dtype=torch.int32)
-            hook.fill_bitmask(row)
-            assert torch.equal(row, batch[i])
-
-
-def test_masks_apply_to_fp32_logits_and_beyond_the_mask_width() -> None:
-    logits = torch.zeros(2, 70, dtype=torch.bfloat16)
-    bitmask = torch.zeros(2, 2, dtype=torch.int32)
-    bitmask[0, 0] = 0b101  # tokens 0 and 2
-    bitmask[1, 1] = -(1 << 31)  # token 63
-    masked = apply_bitmask(logits, bitmask)
-    assert masked.dtype == torch.float32
-    assert torch.isfinite(masked[0]).nonzero().view(-1).tolist() == [0, 2]
-    assert torch.isfinite(masked[1]).nonzero().view(-1).tolist() == [63]  # 64..69 lie past the mask: disallowed
-
-
-@pytest.mark.parametrize("rows", [[1]])
-def test_apply_bitmask_can_leave_rows_alone(rows: list[int]) -> None:
-    logits = torch.zeros(2, 32)
-    apply_bitmask(logits, torch.zeros(2, 1, dtype=torch.int32), rows=rows)
-    assert bool(torch.isfinite(logits[0]).all()) and not bool(torch.isfinite(logits[1]).any())
-
-
 def test_harmony_commentary_header_is_a_regex_trigger(smol_tokenizer: Any) -> None:
-    from parley.constrained import HARMONY_COMMENTARY
+    from parley.constrained.hook import HARMONY_COMMENTARY
 
     hook = ConstraintHook(compile(JsonSchema({"type": "integer"}), smol_tokenizer), triggers=[HARMONY_COMMENTARY])
     header = "<|channel|>commentary to=functions.add <|constrain|>json<|message|>"
