@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from parley.constrained.matcher import Matcher
+from parley.protocol import chat_template as chat_markers
 
 if TYPE_CHECKING:
     import torch
@@ -51,8 +52,8 @@ class Trigger:
 
 _TRIGGER_WINDOW = 512  # bytes of recent free text searched for triggers
 
-THINK_END = Trigger("</think>")
-TOOL_CALL_OPEN = Trigger("<tool_call>", include=True)
+THINK_END = Trigger(chat_markers.THINK_END)
+TOOL_CALL_OPEN = Trigger(chat_markers.TOOL_CALL_OPEN, include=True)
 HARMONY_FINAL = Trigger("<|channel|>final<|message|>")
 HARMONY_COMMENTARY = Trigger(r"<\|channel\|>commentary[^\n]*?<\|message\|>", regex=True)
 

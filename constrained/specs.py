@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from parley.protocol import chat_template as chat_markers
 from parley.protocol.tool_spec import ToolSpec
 
 if TYPE_CHECKING:
@@ -144,8 +145,8 @@ class Choice:
         return f"choice:{self.max_tokens}:{_compact(list(self.options))}"
 
 
-HERMES_OPEN = "<tool_call>"
-HERMES_CLOSE = "</tool_call>"
+HERMES_OPEN = chat_markers.TOOL_CALL_OPEN
+HERMES_CLOSE = chat_markers.TOOL_CALL_CLOSE
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ THINK_OPEN = "<think>"
 THINK_END = "</think>"
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
+REASONING_CLOSE = "\n" + THINK_END + "\n\n"
+"""What closes a reasoning block in a rendered assistant message."""
 
 _ROLES = {"system": Role.SYSTEM, "developer": Role.DEVELOPER, "user": Role.USER, "assistant": Role.ASSISTANT,
           "tool": Role.TOOL}

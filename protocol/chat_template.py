@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,6 +46,7 @@ from parley.protocol._chat_template_stream import (
     END_OF_TEXT,
     IM_END,
     IM_START,
+    REASONING_CLOSE,
     THINK_END,
     THINK_OPEN,
     TOOL_CALL_CLOSE,
@@ -54,8 +55,15 @@ from parley.protocol._chat_template_stream import (
     call_id,
     decode_tool_call,
 )
-from parley.protocol.envelope import Conversation, Message, ReasoningPart, Role, TextPart, ToolCall
-from parley.protocol.errors import OrphanToolResultError, ParseError, ProtocolError, UnknownRoleError
+from parley.protocol.envelope import Conversation, Message, ReasoningPart, Role, TextPart, ToolCall, ToolResult
+from parley.protocol.errors import (
+    CodecConfigError,
+    OrphanToolResultError,
+    ParseError,
+    ProtocolError,
+    UnencodableTextError,
+    UnknownRoleError,
+)
 from parley.protocol.events import ErrorEvent, Event
 from parley.protocol.tool_spec import ToolSpec
 
@@ -63,6 +71,7 @@ __all__ = [
     "END_OF_TEXT",
     "IM_END",
     "IM_START",
+    "REASONING_CLOSE",
     "THINK_END",
     "THINK_OPEN",
     "TOOL_CALL_CLOSE",
@@ -119,14 +128,29 @@ class ChatTemplateCodec:
         drop_past_reasoning: bool = True,
     ) -> None:
         template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
+        if style not in ("auto", "chatml", "native"):
+            raise CodecConfigError(f"style must be 'auto', 'chatml' or 'native', not {style!r}")
         if style == "auto":
             style = "native" if isinstance(template, str) and "tools" in template else "chatml"
         if style == "native" and not isinstance(template, str):
-            raise ValueError("style='native' needs a tokenizer with a chat_template")
+            raise CodecConfigError("style='native' needs a tokenizer with a chat_template")
         self.tokenizer = tokenizer
         self.style: Literal["chatml", "native"] = style
         self.default_system = default_system
         self.drop_past_reasoning = drop_past_reasoning
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Any) -> ChatTemplateCodec:
+        """The codec a model family needs, read from its tokenizer's chat template.
+
+        SmolLM2's template has no tool support and adds its own default system prompt, so it gets
+        the ChatML convention with that prompt; a template that renders tools is used natively;
+        anything else gets the plain ChatML convention.
+        """
+        template = getattr(tokenizer, "chat_template", None)
+        if isinstance(template, str) and "SmolLM" in template:
+            return cls.for_smollm2(tokenizer)
+        return cls(tokenizer)
 
     @classmethod
     def for_smollm2(cls, tokenizer: Any = None) -> ChatTemplateCodec:
@@ -159,21 +183,46 @@ class ChatTemplateCodec:
 
     def render_ids(self, conversation: Conversation | Sequence[Message], tools: Sequence[ToolSpec] = (), *,
                    add_generation_prompt: bool = True, open_reasoning: bool = False) -> list[int]:
-        """The prompt token ids; content segments can never produce special tokens."""
+        """The prompt token ids; content segments can never produce special tokens.
+
+        Text the tokenizer cannot encode (a lone surrogate, ...) raises `UnencodableTextError` naming
+        where it is (``messages[2].content``, ``tools[0].description``, ...).
+        """
         self._need_tokenizer()
-        segments = self.render_segments(conversation, tools, add_generation_prompt=add_generation_prompt,
+        messages = list(conversation)
+        segments = self.render_segments(messages, tools, add_generation_prompt=add_generation_prompt,
                                         open_reasoning=open_reasoning)
         ids: list[int] = []
-        for segment in segments:
-            ids.extend(self.encode(segment.text, structural=segment.structural))
+        try:
+            for segment in segments:
+                ids.extend(self.encode(segment.text, structural=segment.structural))
+        except UnencodableTextError as exc:
+            raise self._locate_unencodable(messages, tools, exc) from exc
         return ids
 
-    def encode(self, text: str, *, structural: bool = False) -> list[int]:
-        """Encode text; only `structural` text may produce special tokens."""
+    def encode(self, text: str, *, structural: bool = False, where: str = "text") -> list[int]:
+        """Encode text; only `structural` text may produce special tokens.
+
+        `UnencodableTextError` (naming `where`) when the tokenizer refuses the text, e.g. a lone surrogate.
+        """
         tok = self._need_tokenizer()
-        if structural:
-            return list(tok.encode(text, add_special_tokens=False))
-        return list(tok.encode(text, add_special_tokens=False, split_special_tokens=True))
+        try:
+            if structural:
+                return list(tok.encode(text, add_special_tokens=False))
+            return list(tok.encode(text, add_special_tokens=False, split_special_tokens=True))
+        except Exception as exc:  # tokenizers raise TypeError/ValueError/...: one typed error for all
+            raise _unencodable(where, text, exc) from exc
+
+    def _locate_unencodable(self, messages: list[Message], tools: Sequence[ToolSpec],
+                            error: UnencodableTextError) -> UnencodableTextError:
+        """The first place whose text the tokenizer refuses (rendering merges places, so look at each)."""
+        for where, text in _text_places(messages, tools, self.default_system):
+            try:
+                self.encode(text, where=where)
+            except UnencodableTextError as exc:
+                return exc
+        return UnencodableTextError(f"the rendered prompt cannot be encoded: {error}", where="prompt",
+                                    position=error.position)
 
     def _chatml_segments(self, messages: list[Message], tools: Sequence[ToolSpec], gen: bool) -> list[Segment]:
         out: list[Segment] = []
@@ -212,7 +261,7 @@ class ChatTemplateCodec:
             reasoning = "".join(p.text for p in message.parts if isinstance(p, ReasoningPart))
             if reasoning and keep_reasoning:
                 body += [Segment(THINK_OPEN + "\n", True), Segment(reasoning, False),
-                         Segment("\n" + THINK_END + "\n\n", True)]
+                         Segment(REASONING_CLOSE, True)]
             if message.text:
                 body.append(Segment(message.text, False))
             for n, call in enumerate(message.tool_calls):
@@ -289,9 +338,14 @@ class ChatTemplateCodec:
         return segments
 
     # -- parsing ------------------------------------------------------------------------------
-    def stream_parser(self, *, strict: bool = False, start_in_reasoning: bool = False) -> StreamParser:
-        """A parser for one completion (or a ChatML transcript), fed text chunks or token ids."""
-        return StreamParser(self.tokenizer, strict=strict, start_in_reasoning=start_in_reasoning)
+    def stream_parser(
+        self, *, strict: bool = False, start_in_reasoning: bool = False, call_ids: Callable[[int], str] = call_id
+    ) -> StreamParser:
+        """A parser for one completion (or a ChatML transcript), fed text chunks or token ids.
+
+        `call_ids` names the n-th call; the default (``call_0``...) repeats across completions.
+        """
+        return StreamParser(self.tokenizer, strict=strict, start_in_reasoning=start_in_reasoning, call_ids=call_ids)
 
     def parse(self, text: str, *, strict: bool = True, start_in_reasoning: bool = False) -> list[Message]:
         """Parse completion text or a ChatML transcript (text level: markers are trusted)."""
@@ -326,11 +380,59 @@ class ChatTemplateCodec:
 
     def _need_tokenizer(self) -> Any:
         if self.tokenizer is None:
-            raise ValueError("this operation needs a tokenizer: ChatTemplateCodec(tokenizer)")
+            raise CodecConfigError("this operation needs a tokenizer: ChatTemplateCodec(tokenizer)")
         return self.tokenizer
 
 
 # -- helpers -----------------------------------------------------------------------------------
+def _unencodable(where: str, text: str, exc: Exception) -> UnencodableTextError:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as bad:
+        code = ord(text[bad.start])
+        return UnencodableTextError(
+            f"{where} cannot be encoded: it holds a lone surrogate U+{code:04X} at character {bad.start} "
+            "(text must be valid Unicode: a surrogate is only half of a UTF-16 pair)",
+            where=where, position=bad.start,
+        )
+    return UnencodableTextError(f"{where} cannot be encoded by the tokenizer: {type(exc).__name__}: {exc}",
+                                where=where)
+
+
+def _text_places(messages: list[Message], tools: Sequence[ToolSpec],
+                 default_system: str | None) -> Iterable[tuple[str, str]]:
+    """Every piece of caller text a render may encode, with the name of its place."""
+    for i, message in enumerate(messages):
+        results = calls = 0
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                yield f"messages[{i}].content", part.text
+            elif isinstance(part, ReasoningPart):
+                yield f"messages[{i}].reasoning", part.text
+            elif isinstance(part, ToolCall):
+                where = f"messages[{i}].tool_calls[{calls}]"
+                yield f"{where}.id", part.id
+                yield f"{where}.name", part.name
+                yield f"{where}.arguments", part.arguments
+                try:  # a JSON escape such as "\ud800" only becomes a lone surrogate once parsed
+                    rendered = json.dumps(part.parsed_arguments(), ensure_ascii=False)
+                except ProtocolError:
+                    rendered = ""
+                yield f"{where}.arguments", rendered
+                calls += 1
+            elif isinstance(part, ToolResult):
+                yield f"messages[{i}].tool_results[{results}].call_id", part.call_id
+                yield f"messages[{i}].tool_results[{results}].name", part.name
+                yield f"messages[{i}].tool_results[{results}].content", part.content
+                results += 1
+    for k, tool in enumerate(tools):
+        yield f"tools[{k}].name", tool.name
+        yield f"tools[{k}].description", tool.description
+        yield f"tools[{k}].parameters", json.dumps(tool.parameters, ensure_ascii=False)
+    if default_system is not None:
+        yield "the codec's default system prompt", default_system
+
+
 def _check(messages: list[Message]) -> None:
     for message in messages:
         if not isinstance(message.role, Role):

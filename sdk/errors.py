@@ -7,7 +7,8 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
 
     ParleyError                         parley._root
     ├── ConfigurationError              parley.errors: a setting the user passed is invalid
-    │   └── ReasoningSettingError       parley.backends.errors: the chosen model rejects a reasoning setting
+    │   ├── ReasoningSettingError       parley.backends.errors: the chosen model rejects a reasoning setting
+    │   └── LocalRequestError           parley.backends.errors: a request the local engine cannot run (field, code)
     ├── AgentError                      parley.errors: the run loop could not finish as asked
     │   ├── MaxTurnsExceeded            carries the resumable state
     │   ├── UsageLimitExceeded          requests, tokens, tool calls or cost over a UsageLimits cap
@@ -38,6 +39,8 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
     │   ├── ParseError
     │   ├── DecodeError
     │   ├── EncodeError                 special-token text where special tokens are disallowed
+    │   ├── UnencodableTextError        text the tokenizer cannot encode (lone surrogate...); names where
+    │   ├── CodecConfigError            (also ValueError) a codec lacks a tokenizer, template or style
     │   ├── VocabularyUnavailableError  a local vocabulary file is missing (never downloaded)
     │   └── StrictJsonError             untrusted JSON refused (duplicate keys, NaN, too deep...)
     ├── ConstrainedError                parley.constrained.errors
@@ -63,7 +66,8 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
     │   └── RetryableToolError
     └── EngineError                     parley.local_engine.errors
         ├── ModelNotFoundError
-        ├── ModelLoadError
+        ├── ModelLoadError              unreadable files, unsupported architecture or config field
+        ├── EngineConfigError           (also ValueError) a bad EngineConfig field, device or dtype
         ├── InvalidRequestError
         ├── AdmissionError              (retry_after_s)
         └── RequestAborted
@@ -93,6 +97,7 @@ from parley.constrained.errors import (
 )
 from parley.local_engine.errors import (
     AdmissionError,
+    EngineConfigError,
     EngineError,
     InvalidRequestError,
     ModelLoadError,
@@ -100,12 +105,14 @@ from parley.local_engine.errors import (
     RequestAborted,
 )
 from parley.protocol.errors import (
+    CodecConfigError,
     DecodeError,
     EncodeError,
     InvalidArgumentsError,
     OrphanToolResultError,
     ParseError,
     ProtocolError,
+    UnencodableTextError,
     UnknownRoleError,
     VocabularyUnavailableError,
 )
@@ -125,6 +132,7 @@ if typing.TYPE_CHECKING:
         APIConnectionError,
         AuthenticationError,
         BadRequestError,
+        LocalRequestError,
         MalformedStreamError,
         ModelAPIError,
         OverloadedError,
@@ -208,6 +216,7 @@ _LAZY = {
     "ApiError": "parley.server.errors",
     "AuthenticationError": "parley.backends.errors",
     "BadRequestError": "parley.backends.errors",
+    "LocalRequestError": "parley.backends.errors",
     "MalformedStreamError": "parley.backends.errors",
     "ModelAPIError": "parley.backends.errors",
     "OverloadedError": "parley.backends.errors",
@@ -237,11 +246,13 @@ __all__ = [
     "AuthenticationError",
     "BackendUnavailableError",
     "BadRequestError",
+    "CodecConfigError",
     "CompileLimitError",
     "ConfigurationError",
     "ConstrainedError",
     "DecodeError",
     "EncodeError",
+    "EngineConfigError",
     "EngineError",
     "GrammarSyntaxError",
     "InvalidArgumentsError",
@@ -249,6 +260,7 @@ __all__ = [
     "InvalidRequestError",
     "InvalidSchemaError",
     "InvalidSpecError",
+    "LocalRequestError",
     "MalformedStreamError",
     "MaxTurnsExceeded",
     "ModelAPIError",
@@ -282,6 +294,7 @@ __all__ = [
     "ToolArgumentError",
     "ToolDefinitionError",
     "ToolError",
+    "UnencodableTextError",
     "UnknownCallError",
     "UnknownRoleError",
     "UnresolvableRefError",

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from parley.protocol.chat_template import THINK_END
+
 Effort = Literal["minimal", "low", "medium", "high"]
 
 
@@ -63,7 +65,7 @@ class ReasoningBudgetHook:
         *,
         stop_token_ids: tuple[int, ...] | list[int] = (),
         decode: Callable[[list[int]], str] | None = None,
-        end_text: str = "</think>",
+        end_text: str = THINK_END,
     ) -> None:
         if budget < 0:
             raise ValueError("budget must be >= 0")

@@ -32,6 +32,8 @@ class SamplingSettings:
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None
+    """Local engine (and vLLM/SGLang servers); hosted APIs that lack it ignore it."""
     seed: int | None = None
     stop: tuple[str, ...] = ()
 
@@ -41,6 +43,8 @@ class ModelRequest:
     conversation: Conversation
     tools: list[ToolSpec] = field(default_factory=list)
     tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool | None = None
+    """May one turn hold several calls? None: the backend's default (the local engine: one call per turn)."""
     output_schema: dict[str, Any] | None = None
     """JSON Schema the final answer must match (constrained locally, native mode when hosted)."""
     reasoning: Reasoning | None = None

@@ -11,7 +11,8 @@
         ├── StreamInterruptedError   connection cut mid-way (usage lost)
         └── MalformedStreamError     an event that is not valid JSON / not the provider's shape
 
-`ReasoningSettingError` (a `ConfigurationError`) says which reasoning setting a model rejects.
+`ReasoningSettingError` (a `ConfigurationError`) says which reasoning setting a model rejects;
+`LocalRequestError` (also one) which field of a request the local engine cannot run as asked.
 """
 
 from __future__ import annotations
@@ -96,6 +97,19 @@ class MalformedStreamError(StreamError):
 
 class ReasoningSettingError(ConfigurationError):
     """A reasoning (thinking) setting that the chosen model or provider rejects; the message names it."""
+
+
+class LocalRequestError(ConfigurationError):
+    """A request the local engine cannot run as asked: an invalid or unenforceable schema, a prompt
+    past the context, a named tool that is not offered. `field` names the `ModelRequest` field
+    (``output_schema``, ``tools[2].parameters``, ``conversation``, ``max_tokens``, ``tool_choice``)
+    and `code` says why (``invalid_schema``, ``context_length_exceeded``, ``unknown_tool``), so the
+    server can answer a 400 naming its own parameter."""
+
+    def __init__(self, message: str, *, field: str, code: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.code = code
 
 
 T = TypeVar("T")

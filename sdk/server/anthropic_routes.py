@@ -20,6 +20,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from parley.backends.base import ModelRequest, NamedToolChoice, SamplingSettings, ToolChoice
 from parley.protocol import (
     Conversation,
     Message,
@@ -32,6 +33,7 @@ from parley.protocol import (
     ToolSpec,
 )
 from parley.protocol import anthropic as anthropic_wire
+from parley.reasoning import Reasoning
 from parley.server import anthropic_schema as an
 from parley.server.context import (
     arrival_of,
@@ -45,7 +47,7 @@ from parley.server.context import (
 from parley.server.errors import ApiError, invalid
 from parley.server.streaming import SSE_HEADERS, observe_end, sse_event
 from parley.server.tenants import cache_salt
-from parley.server.turn import Turn, TurnEnd, TurnSpec
+from parley.server.turn import ServerTurn, TurnEnd, WireTurn, rendering_error
 from parley.server.validation import validate_as
 
 
@@ -62,12 +64,12 @@ def to_conversation(request: an.MessagesRequest | an.CountTokensRequest) -> Conv
     return conversation
 
 
-def to_turn_spec(request: an.MessagesRequest, salt: str, deadline_s: float | None) -> TurnSpec:
+def to_wire_turn(request: an.MessagesRequest, salt: str, deadline_s: float | None) -> WireTurn:
     tools = [
         ToolSpec(name=t.name, description=t.description or "", parameters=t.input_schema, strict=bool(t.strict))
         for t in request.tools or []
     ]
-    choice: Any = "auto" if tools else "none"
+    choice: ToolChoice = "auto" if tools else "none"
     parallel = True
     tc = request.tool_choice
     if isinstance(tc, an.ToolChoiceNone):
@@ -75,28 +77,31 @@ def to_turn_spec(request: an.MessagesRequest, salt: str, deadline_s: float | Non
     elif isinstance(tc, an.ToolChoiceAny):
         choice = "required"
     elif isinstance(tc, an.ToolChoiceTool):
-        choice = ("named", tc.name)
+        choice = NamedToolChoice(tc.name)
     if tc is not None and not isinstance(tc, an.ToolChoiceNone) and tc.disable_parallel_tool_use:
         parallel = False
     budget = request.thinking.budget_tokens if isinstance(request.thinking, an.ThinkingEnabled) else None
     fmt = request.output_config.format if request.output_config is not None else None
-    if fmt is not None and budget is not None:
-        raise invalid("output_config.format cannot be combined with thinking on this server", "output_config.format")
-    return TurnSpec(
-        output_schema=fmt.schema_ if fmt is not None else None,
-        output_schema_param="output_config.format.schema",
+    model_request = ModelRequest(
         conversation=to_conversation(request),
         tools=tools,
         tool_choice=choice,
         parallel_tool_calls=parallel,
-        thinking_budget=budget,
-        max_tokens=request.max_tokens,
-        temperature=request.temperature,
-        top_p=request.top_p,
-        top_k=request.top_k,
-        stop=tuple(request.stop_sequences or ()),
-        tenant_salt=salt,
+        output_schema=fmt.schema_ if fmt is not None else None,
+        reasoning=Reasoning(budget_tokens=budget) if budget is not None else None,
+        tenant=salt,
+        sampling=SamplingSettings(
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            top_k=request.top_k,
+            stop=tuple(request.stop_sequences or ()),
+        ),
+    )
+    return WireTurn(
+        request=model_request,
         deadline_s=deadline_s,
+        params={"output_schema": "output_config.format.schema", "conversation": "messages"},
     )
 
 
@@ -122,7 +127,7 @@ def _content_json(message: Message) -> list[dict[str, Any]]:
     return anthropic_wire.assistant_blocks(message, unsigned_reasoning=True)
 
 
-async def _complete(turn: Turn, model: str, message_id: str, request: Request) -> dict[str, Any]:
+async def _complete(turn: ServerTurn, model: str, message_id: str, request: Request) -> dict[str, Any]:
     end: TurnEnd | None = None
     async for item in turn.events():
         if isinstance(item, TurnEnd):
@@ -141,7 +146,7 @@ async def _complete(turn: Turn, model: str, message_id: str, request: Request) -
     }
 
 
-async def _stream(turn: Turn, model: str, message_id: str, request: Request) -> AsyncIterator[str]:
+async def _stream(turn: ServerTurn, model: str, message_id: str, request: Request) -> AsyncIterator[str]:
     open_kind: str | None = None
     index = -1
 
@@ -246,16 +251,9 @@ async def messages(request: Request) -> Response:
     body = await read_json(request)
     parsed = validate_as(an.MessagesRequest, body)
     state.check_model(parsed.model)
-    spec = to_turn_spec(parsed, cache_salt(tenant), deadline_from(request, parsed.deadline_s))
-    turn = Turn(
-        state.engine,
-        state.codec,
-        spec,
-        max_tokens_default=state.config.default_max_tokens,
-        constrain_auto_tools=state.config.constrain_auto_tool_calls,
-        arrival=arrival_of(request),
-    )
-    message_id = "msg_" + spec.request_id
+    wire = to_wire_turn(parsed, cache_salt(tenant), deadline_from(request, parsed.deadline_s))
+    turn = ServerTurn(state, wire, arrival=arrival_of(request))
+    message_id = "msg_" + turn.request_id
     await run_or_cancel_on_disconnect(request, turn.start())
     if parsed.stream:
         return StreamingResponse(
@@ -282,8 +280,9 @@ async def count_tokens(request: Request) -> Response:
         ToolSpec(name=t.name, description=t.description or "", parameters=t.input_schema, strict=bool(t.strict))
         for t in parsed.tools or []
     ]
-    if isinstance(parsed.tool_choice, an.ToolChoiceNone):
-        tools = []
     thinking = isinstance(parsed.thinking, an.ThinkingEnabled)
-    ids = state.codec.render(to_conversation(parsed), tools, thinking=thinking)
+    try:  # rendered as a turn renders it: tools too under tool_choice none (the prompt does not change)
+        ids = state.codec.render(to_conversation(parsed), tools, reasoning=thinking)
+    except ProtocolError as exc:
+        raise rendering_error(exc) from None
     return JSONResponse({"input_tokens": len(ids)})

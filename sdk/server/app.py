@@ -8,6 +8,7 @@ OpenAI's error shape (or Anthropic's under `/v1/messages`), never Starlette's pl
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -16,14 +17,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from parley.backends.engine_port import EnginePort
+from parley.backends.local_codec import PromptCodec, codec_for
 from parley.server.anthropic_routes import count_tokens, messages
 from parley.server.config import ServerConfig
 from parley.server.context import ServerState, error_response, state_of
-from parley.server.engine_port import EnginePort
 from parley.server.errors import ApiError, Dialect, ErrorKind
 from parley.server.metrics import Metrics
 from parley.server.openai_routes import chat_completions, list_models
-from parley.server.prompting import ChatTemplatePrompts, PromptCodec
 
 
 async def health(request: Request) -> Response:
@@ -54,15 +55,29 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(ApiError(message, kind=kind, status=exc.status_code), dialect)
 
 
+def served_name_of(engine: EnginePort) -> str:
+    """The name a server lists for `engine` by default: its `model_name`, else the name in its `model_id`."""
+    name = getattr(engine, "model_name", None)
+    if isinstance(name, str) and name:
+        return name
+    head = engine.model_id.split("@", 1)[0].replace("\\", "/").rstrip("/")
+    return head.rsplit("/", 1)[-1] or "local"
+
+
 def create_app(
     engine: EnginePort,
     *,
     config: ServerConfig | None = None,
     codec: PromptCodec | None = None,
 ) -> Starlette:
-    """The ASGI app serving `engine`. `codec` defaults to the chat-template codec for its tokenizer."""
+    """The ASGI app serving `engine`. `codec` defaults to the chat-template codec for its tokenizer.
+
+    The listed model id is `config.model_name`, else the engine's own `model_name`.
+    """
     config = config or ServerConfig()
-    prompts: PromptCodec = codec if codec is not None else ChatTemplatePrompts(engine.tokenizer)
+    if not config.model_name:
+        config = replace(config, model_name=served_name_of(engine))
+    prompts: PromptCodec = codec if codec is not None else codec_for(engine.tokenizer)
     state = ServerState(
         engine=engine,
         codec=prompts,

@@ -18,11 +18,11 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from parley.backends.engine_port import EnginePort
+from parley.backends.local_codec import PromptCodec
 from parley.server.config import ServerConfig
-from parley.server.engine_port import EnginePort
 from parley.server.errors import ApiError, Dialect, ErrorKind, invalid
 from parley.server.metrics import Metrics
-from parley.server.prompting import PromptCodec
 from parley.server.tenants import api_key_from_headers
 from parley.server.validation import parse_json_object
 
@@ -42,7 +42,7 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
 
     def check_model(self, name: str) -> None:
-        if self.config.accept_any_model or name in (self.config.model_name, self.engine.model_id):
+        if self.config.serves(name) or name == self.engine.model_id:
             return
         raise ApiError(
             f"the model {name!r} does not exist; this server serves {self.config.model_name!r} (see GET /v1/models)",

@@ -1,10 +1,11 @@
 """OpenAI-compatible routes: `POST /v1/chat/completions` and `GET /v1/models`.
 
-The request is validated strictly (`openai_schema`), converted to a `Conversation` and a `TurnSpec`,
-and run as one `Turn`. Responses follow the Chat Completions shapes: `chat.completion`, or SSE
-`chat.completion.chunk`s ending in `data: [DONE]`, with tool-call deltas assembled by `index` (id
-and name only in the first) and, with `stream_options.include_usage`, one last chunk whose
-`choices` is empty and whose `usage` counts cached prompt tokens in `prompt_tokens_details`.
+The request is validated strictly (`openai_schema`), converted to a `Conversation` and a `WireTurn`,
+and run as one local turn (the SDK's `LocalTurn`). Responses follow the Chat Completions shapes:
+`chat.completion`, or SSE `chat.completion.chunk`s ending in `data: [DONE]`, with tool-call deltas
+assembled by `index` (id and name only in the first) and, with `stream_options.include_usage`, one
+last chunk whose `choices` is empty and whose `usage` counts cached prompt tokens in
+`prompt_tokens_details`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from parley.backends.base import ModelRequest, NamedToolChoice, SamplingSettings, ToolChoice
 from parley.protocol import (
     Conversation,
     ProtocolError,
@@ -28,6 +30,7 @@ from parley.protocol import (
     ToolSpec,
 )
 from parley.protocol import openai as openai_wire
+from parley.reasoning import Reasoning
 from parley.server import openai_schema as oa
 from parley.server.context import (
     arrival_of,
@@ -41,7 +44,7 @@ from parley.server.context import (
 from parley.server.errors import ApiError, invalid
 from parley.server.streaming import SSE_HEADERS, observe_end, sse_data
 from parley.server.tenants import cache_salt
-from parley.server.turn import LogprobChunk, Turn, TurnEnd, TurnSpec
+from parley.server.turn import LogprobChunk, ServerTurn, TurnEnd, WireTurn
 from parley.server.validation import validate_as
 
 
@@ -55,7 +58,7 @@ def to_conversation(request: oa.ChatCompletionRequest) -> Conversation:
     return conversation
 
 
-def to_turn_spec(request: oa.ChatCompletionRequest, salt: str, deadline_s: float | None) -> TurnSpec:
+def to_wire_turn(request: oa.ChatCompletionRequest, salt: str, deadline_s: float | None) -> WireTurn:
     if request.n is not None and request.n > 1:
         raise invalid("n > 1 is not supported by this server; send n separate requests", "n", "unsupported_value")
     for name in ("frequency_penalty", "presence_penalty"):
@@ -72,39 +75,46 @@ def to_turn_spec(request: oa.ChatCompletionRequest, salt: str, deadline_s: float
         )
         for t in request.tools or []
     ]
-    choice: Any = "auto" if tools else "none"
+    choice: ToolChoice = "auto" if tools else "none"
     if isinstance(request.tool_choice, oa.NamedToolChoiceParam):
-        choice = ("named", request.tool_choice.function.name)
+        choice = NamedToolChoice(request.tool_choice.function.name)
     elif request.tool_choice is not None:
         choice = request.tool_choice
     fmt = request.response_format
-    schema = None
-    json_object = False
+    schema: dict[str, Any] | None = None
+    schema_param = "response_format.json_schema.schema"
     if isinstance(fmt, oa.JsonSchemaFormat):
         schema = fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {}
     elif isinstance(fmt, oa.JsonObjectFormat):
-        json_object = True
-    if (schema is not None or json_object) and (choice == "required" or isinstance(choice, tuple)):
+        schema, schema_param = {"type": "object"}, "response_format"
+    if schema is not None and (choice == "required" or isinstance(choice, NamedToolChoice)):
         raise invalid("response_format cannot be combined with a forced tool_choice", "response_format")
     stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
-    top = request.top_logprobs or 0
-    return TurnSpec(
+    model_request = ModelRequest(
         conversation=to_conversation(request),
         tools=tools,
         tool_choice=choice,
         parallel_tool_calls=request.parallel_tool_calls is not False,
         output_schema=schema,
-        json_object=json_object,
-        max_tokens=request.token_limit,
-        max_tokens_param="max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens",
-        temperature=request.temperature,
-        top_p=request.top_p,
-        top_k=request.top_k,
-        seed=request.seed,
-        stop=stop,
-        logprobs=top if request.logprobs else None,
-        tenant_salt=salt,
+        reasoning=Reasoning(budget_tokens=request.thinking_token_budget)
+        if request.thinking_token_budget is not None
+        else None,
+        tenant=salt,
+        sampling=SamplingSettings(
+            max_tokens=request.token_limit,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            top_k=request.top_k,
+            seed=request.seed,
+            stop=stop,
+        ),
+    )
+    max_tokens_param = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
+    return WireTurn(
+        request=model_request,
+        logprobs=(request.top_logprobs or 0) if request.logprobs else None,
         deadline_s=deadline_s,
+        params={"output_schema": schema_param, "max_tokens": max_tokens_param, "conversation": "messages"},
     )
 
 
@@ -147,7 +157,7 @@ def _message_json(end: TurnEnd) -> dict[str, Any]:
     return out
 
 
-async def _complete(turn: Turn, model: str, completion_id: str, created: int, request: Request) -> dict[str, Any]:
+async def _complete(turn: ServerTurn, model: str, completion_id: str, created: int, request: Request) -> dict[str, Any]:
     logprobs: list[dict[str, Any]] = []
     end: TurnEnd | None = None
     async for item in turn.events():
@@ -166,7 +176,7 @@ async def _complete(turn: Turn, model: str, completion_id: str, created: int, re
             {
                 "index": 0,
                 "message": _message_json(end),
-                "logprobs": {"content": logprobs} if turn.spec.logprobs is not None else None,
+                "logprobs": {"content": logprobs} if turn.logprobs is not None else None,
                 "finish_reason": end.finish_reason,
             }
         ],
@@ -176,7 +186,7 @@ async def _complete(turn: Turn, model: str, completion_id: str, created: int, re
 
 
 async def _stream(
-    turn: Turn, model: str, completion_id: str, created: int, include_usage: bool, request: Request
+    turn: ServerTurn, model: str, completion_id: str, created: int, include_usage: bool, request: Request
 ) -> AsyncIterator[str]:
     def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> str:
         body: dict[str, Any] = {
@@ -239,16 +249,9 @@ async def chat_completions(request: Request) -> Response:
     body = await read_json(request)
     parsed = validate_as(oa.ChatCompletionRequest, body)
     state.check_model(parsed.model)
-    spec = to_turn_spec(parsed, cache_salt(tenant, parsed.cache_salt), deadline_from(request, parsed.deadline_s))
-    turn = Turn(
-        state.engine,
-        state.codec,
-        spec,
-        max_tokens_default=state.config.default_max_tokens,
-        constrain_auto_tools=state.config.constrain_auto_tool_calls,
-        arrival=arrival_of(request),
-    )
-    completion_id = "chatcmpl-" + spec.request_id
+    wire = to_wire_turn(parsed, cache_salt(tenant, parsed.cache_salt), deadline_from(request, parsed.deadline_s))
+    turn = ServerTurn(state, wire, arrival=arrival_of(request))
+    completion_id = "chatcmpl-" + turn.request_id
     created = int(time.time())
     await run_or_cancel_on_disconnect(request, turn.start())
     if parsed.stream:

@@ -189,6 +189,8 @@ class ChatCompletionRequest(_Strict):
     store: bool | None = None
     deadline_s: float | None = Field(default=None, gt=0.0, le=86400.0)
     """parley's extension: finish within this many seconds of arrival or be refused at once."""
+    thinking_token_budget: int | None = Field(default=None, ge=0)
+    """vLLM's reasoning budget: the model reasons first, and its reasoning ends after at most this many tokens."""
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> ChatCompletionRequest:

@@ -13,9 +13,9 @@ import pytest
 
 from parley.backends import AnthropicBackend, OpenAIBackend
 from parley.backends.base import ModelRequest, SamplingSettings
+from parley.local_engine.testing import FakeEngine
 from parley.protocol import Conversation, Message, MessageEnd, ToolCallEnd, ToolSpec, UsageEvent
 from tests.sdk.server.conftest import serve
-from tests.sdk.server.fakes import FakeEngine
 
 TOOL = ToolSpec(name="lookup", parameters={"type": "object", "properties": {"x": {"type": "integer"}}})
 REPLY = 'Sure.\n<tool_call>\n{"name": "lookup", "arguments": {"x": 1}}\n</tool_call>'

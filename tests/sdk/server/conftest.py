@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from parley.local_engine.testing import FakeEngine
 from parley.server import BackgroundServer, ServerConfig, TenantRegistry, create_app
-from tests.sdk.server.fakes import FakeEngine
 
 
 @pytest.fixture

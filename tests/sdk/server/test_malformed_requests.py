@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from parley.local_engine.testing import FakeEngine
 from parley.server import BackgroundServer
 from tests.sdk.server.conftest import serve
-from tests.sdk.server.fakes import FakeEngine
 
 USER = [{"role": "user", "content": "hi"}]
 OA = {"model": "test-model", "messages": USER}

@@ -12,10 +12,10 @@ import openai
 import pytest
 
 from parley.local_engine.errors import AdmissionError
+from parley.local_engine.testing import FakeEngine
 from parley.server import BackgroundServer
 from parley.server.metrics import parse_exposition
 from tests.sdk.server.conftest import serve
-from tests.sdk.server.fakes import FakeEngine
 
 USER = [{"role": "user", "content": "hi"}]
 TOOL_REPLY = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -44,11 +44,11 @@ def sse_lines(response: httpx.Response) -> list[str]:
 # -- OpenAI ----------------------------------------------------------------------------------------
 def test_openai_chat_returns_the_reply_and_usage(fake_server: BackgroundServer, fake_engine: FakeEngine) -> None:
     reply = oa_client(fake_server).chat.completions.create(model="test-model", messages=USER, max_tokens=64)
-    assert reply.choices[0].message.content == fake_engine.reply
+    assert reply.choices[0].message.content == fake_engine.replies
     assert reply.choices[0].finish_reason == "stop"
     assert reply.usage is not None
-    assert reply.usage.prompt_tokens == len(fake_engine.last_prompt)
-    assert reply.usage.completion_tokens == len(fake_engine.reply)  # the fake reports no end token
+    assert reply.usage.prompt_tokens == len(fake_engine.last.prompt_ids)
+    assert reply.usage.completion_tokens == len(fake_engine.replies)  # the fake reports no end token
     assert reply.usage.prompt_tokens_details is not None
     assert reply.usage.prompt_tokens_details.cached_tokens == 0
 
@@ -68,7 +68,7 @@ def test_openai_stream_ends_with_usage_chunk_then_done(fake_server: BackgroundSe
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line[6:]) for line in lines[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == fake_engine.reply
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == fake_engine.replies
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
     assert all(c["usage"] is None for c in chunks[:-1])
@@ -80,7 +80,7 @@ def test_openai_stream_through_the_client(fake_server: BackgroundServer, fake_en
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == fake_engine.reply
+    assert text == fake_engine.replies
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
 
 
@@ -166,9 +166,9 @@ def test_anthropic_message_and_usage(fake_server: BackgroundServer, fake_engine:
         system="Be brief.",
         messages=USER,  # type: ignore[list-item]
     )
-    assert message.content[0].type == "text" and message.content[0].text == fake_engine.reply
+    assert message.content[0].type == "text" and message.content[0].text == fake_engine.replies
     assert message.stop_reason == "end_turn"
-    assert message.usage.input_tokens == len(fake_engine.last_prompt)
+    assert message.usage.input_tokens == len(fake_engine.last.prompt_ids)
     assert message.usage.cache_read_input_tokens == 0
     assert message.usage.cache_creation_input_tokens == 0
 
@@ -181,7 +181,7 @@ def test_anthropic_stream_events_come_in_order(fake_server: BackgroundServer, fa
     wire = [k for k in kinds if k in ANTHROPIC_ORDER]
     assert wire[0] == "message_start" and wire[-2:] == ["message_delta", "message_stop"]
     assert wire.index("content_block_start") < wire.index("content_block_delta") < wire.index("content_block_stop")
-    assert final.content[0].text == fake_engine.reply  # type: ignore[union-attr]
+    assert final.content[0].text == fake_engine.replies  # type: ignore[union-attr]
     assert final.usage.output_tokens > 0
 
 
@@ -285,9 +285,9 @@ def test_deadline_reaches_the_engine_from_header_or_field(
 ) -> None:
     url = fake_server.base_url + "/v1/chat/completions"
     httpx.post(url, json={"model": "test-model", "messages": USER}, headers={"x-parley-deadline-s": "2"})
-    assert fake_engine.last_deadline is not None and 0 < fake_engine.last_deadline <= 2
+    assert fake_engine.last.deadline_s is not None and 0 < fake_engine.last.deadline_s <= 2
     httpx.post(url, json={"model": "test-model", "messages": USER, "deadline_s": 1.5})
-    assert fake_engine.last_deadline is not None and 0 < fake_engine.last_deadline <= 1.5
+    assert fake_engine.last.deadline_s is not None and 0 < fake_engine.last.deadline_s <= 1.5
     bad = httpx.post(url, json={"model": "test-model", "messages": USER}, headers={"x-parley-deadline-s": "soon"})
     assert bad.status_code == 400
 
