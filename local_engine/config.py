@@ -1,7 +1,8 @@
 """Engine and request configuration: plain dataclasses, validated at construction, torch-free.
 
 `EngineConfig` sizes the engine (KV pool, batching budget, admission); `SamplingParams` is what one
-request asks for. Both fail early with `InvalidRequestError`/`ValueError` so bad input never reaches
+request asks for. Both fail early (`EngineConfigError`, `InvalidRequestError`: both `EngineError`s, so
+`ParleyError`s; the first is also a `ValueError`) so bad input never reaches
 the step loop, where an exception would hurt every request in the batch.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from parley.local_engine.errors import InvalidRequestError
+from parley.local_engine.errors import EngineConfigError, InvalidRequestError
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,22 @@ class EngineConfig:
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
-        if self.block_size < 1:
-            raise ValueError("block_size must be >= 1")
-        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
-            raise ValueError("num_kv_blocks must be >= 1")
-        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1 or self.max_waiting < 0:
-            raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1, max_waiting >= 0")
+        least = {"block_size": 1, "kv_cache_bytes": 1, "num_kv_blocks": 1, "max_num_batched_tokens": 1,
+                 "max_num_seqs": 1, "max_waiting": 0, "max_model_len": 1, "num_threads": 1}
+        optional = ("num_kv_blocks", "max_model_len", "num_threads")
+        for name, low in least.items():
+            value = getattr(self, name)
+            if value is None and name in optional:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise EngineConfigError(
+                    f"EngineConfig.{name} must be an integer >= {low}{' or None' if name in optional else ''}, "
+                    f"got {value!r}"
+                )
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise EngineConfigError(
+                f"EngineConfig.enable_prefix_caching must be a bool, got {self.enable_prefix_caching!r}"
+            )
 
 
 @dataclass(frozen=True)

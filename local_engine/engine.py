@@ -27,6 +27,7 @@ from parley.local_engine.block_manager import BlockManager
 from parley.local_engine.config import EngineConfig, SamplingParams
 from parley.local_engine.errors import (
     AdmissionError,
+    EngineConfigError,
     EngineError,
     InvalidRequestError,
     ModelLoadError,
@@ -64,8 +65,28 @@ def _as_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dt
     names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
              "float16": torch.float16, "fp16": torch.float16}
     if dtype not in names:
-        raise ValueError(f"unsupported dtype {dtype!r}; use one of {sorted(names)}")
+        raise EngineConfigError(f"unsupported dtype {dtype!r}; use one of {sorted(names)}")
     return names[dtype]
+
+
+def _as_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return _default_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise EngineConfigError(f"unsupported device {device!r}: {exc}") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise EngineConfigError(f"device {device!r} asked for CUDA, which this machine (or torch build) lacks")
+    return dev
+
+
+def _name_of(model_id: str) -> str:
+    """A display name from an identity such as ``name@hash/dtype`` (or a path)."""
+    parts = [p for p in model_id.split("@", 1)[0].replace("\\", "/").split("/") if p]
+    if len(parts) > 1 and parts[-1] in ("float32", "bfloat16", "float16", "float64"):
+        parts.pop()  # a dtype suffix is not part of the name
+    return parts[-1] if parts else model_id
 
 
 class Engine:
@@ -81,12 +102,16 @@ class Engine:
         max_model_len: int,
         eos_token_ids: frozenset[int] = frozenset(),
         config: EngineConfig | None = None,
+        model_name: str | None = None,
     ) -> None:
         self.config = config or EngineConfig()
         cfg = self.config
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
+        """The model's identity (name, content hash, dtype): part of every prefix-cache key. Not for display."""
+        self.model_name = model_name or _name_of(model_id)
+        """The model's own name, e.g. ``SmolLM2-135M-Instruct`` (what `parley serve` lists by default)."""
         self.vocab_size = vocab_size
         self.max_model_len = min(max_model_len, cfg.max_model_len or max_model_len)
         self.eos_token_ids = eos_token_ids
@@ -136,35 +161,40 @@ class Engine:
         dtype: torch.dtype | str | None = None,
         config: EngineConfig | None = None,
     ) -> Engine:
-        """Load a Llama-architecture model: None = the embedded SmolLM2, else a .gguf file or a HF folder."""
-        dev = torch.device(device) if device is not None else _default_device()
+        """Load a Llama-architecture model: None = the embedded SmolLM2, else a .gguf file or a HF folder.
+
+        Errors are `ParleyError`s: `ModelNotFoundError` (nothing local to load), `ModelLoadError` (unreadable
+        files, an unsupported architecture or config field, missing or misshapen weights), `EngineConfigError`
+        (a bad `device`/`dtype`).
+        """
+        dev = _as_device(device)
         dt = _as_dtype(dtype, dev)
         files = loader.resolve(model)
         hf_cfg = loader.load_config(files.folder)
-        arch_name = (hf_cfg.get("model_type") or "").lower()
+        arch_name = str(hf_cfg.get("model_type") or "").lower()
         if arch_name not in ("llama", "mistral") and "LlamaForCausalLM" not in (hf_cfg.get("architectures") or []):
             raise ModelLoadError(f"architecture {arch_name!r} is not supported (Llama-family models are)")
         arch = LlamaArch.from_hf_config(hf_cfg)
         state = loader.load_state_dict(files.folder)
         try:
             net = LlamaModel.from_hf_state_dict(arch, state, dev, dt)
-        except KeyError as exc:
+        except (KeyError, ValueError, RuntimeError) as exc:  # a missing or misshapen tensor
             raise ModelLoadError(f"{files.folder}: {exc}") from exc
         del state
         tokenizer = loader.load_tokenizer(files.folder)
         return cls.from_model(
             net, tokenizer, model_id=f"{files.model_id}/{str(dt).removeprefix('torch.')}",
-            eos_token_ids=loader.eos_token_ids(files.folder, tokenizer), config=config,
+            model_name=files.name, eos_token_ids=loader.eos_token_ids(files.folder, tokenizer), config=config,
         )
 
     @classmethod
     def from_model(
         cls, net: LlamaModel, tokenizer: Any, *, model_id: str, eos_token_ids: frozenset[int] = frozenset(),
-        config: EngineConfig | None = None,
+        config: EngineConfig | None = None, model_name: str | None = None,
     ) -> Engine:
         """Wrap an already-built model (tests build tiny random ones)."""
         return cls(
-            net, tokenizer, model_id=model_id, vocab_size=net.arch.vocab_size,
+            net, tokenizer, model_id=model_id, model_name=model_name, vocab_size=net.arch.vocab_size,
             max_model_len=net.arch.max_position_embeddings, eos_token_ids=eos_token_ids, config=config,
         )
 

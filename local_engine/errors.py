@@ -31,3 +31,10 @@ class AdmissionError(EngineError):
 
 class RequestAborted(EngineError):
     """The request was cancelled or dropped past its deadline."""
+
+
+class EngineConfigError(EngineError, ValueError):
+    """An engine setting is invalid: an `EngineConfig` field, or `device`/`dtype`; the message names it.
+
+    Also a `ValueError`, as `EngineConfig` raised before it joined the error tree.
+    """

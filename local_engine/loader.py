@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -61,11 +62,32 @@ def file_sha256(path: Path) -> str:
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """A local Hugging Face-format folder ready to load, and a stable identity for cache keys."""
+    """A local Hugging Face-format folder ready to load, a stable identity for cache keys, and a display name."""
 
     folder: Path
     model_id: str
     source: Path
+    name: str = ""
+    """The model's own name: a GGUF's file name without its quantisation (``SmolLM2-135M-Instruct``), a
+    folder's name (a Hugging Face hub snapshot's repository name). Not `_name_or_path` from config.json:
+    that names the base model of a fine-tune, or the folder a conversion read."""
+
+
+# A GGUF file name's quantisation / precision suffix: .Q4_1, -Q4_K_M, .IQ3_XS, -f16, .BF16, ...
+_QUANT_SUFFIX = re.compile(r"[.-](?:I?Q\d(?:_[0-9A-Z]+)*|BF16|FP?16|FP?32)$", re.IGNORECASE)
+
+
+def gguf_model_name(path: Path) -> str:
+    """``SmolLM2-135M-Instruct.Q4_1.gguf`` -> ``SmolLM2-135M-Instruct``."""
+    return _QUANT_SUFFIX.sub("", path.stem) or path.stem
+
+
+def folder_model_name(folder: Path) -> str:
+    """A HF folder's name; for a hub cache snapshot (``models--ORG--NAME/snapshots/REV``) the repository's."""
+    folder = folder.resolve()
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent.name.split("--")[-1]
+    return folder.name or str(folder)
 
 
 def _folder_identity(folder: Path) -> str:
@@ -91,7 +113,7 @@ def resolve(model: str | os.PathLike[str] | None) -> ModelFiles:
         return _from_gguf(path)
     if path.is_dir():
         if (path / "config.json").is_file():
-            return ModelFiles(path, f"{path.name}@{_folder_identity(path)[:16]}", path)
+            return ModelFiles(path, f"{path.name}@{_folder_identity(path)[:16]}", path, folder_model_name(path))
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1:
             return _from_gguf(ggufs[0])
@@ -107,9 +129,9 @@ def _from_gguf(path: Path) -> ModelFiles:
     folder = cache_root() / "models" / digest[:32]
     model_id = f"{path.stem}@{digest[:16]}"
     if (folder / _COMPLETE).is_file():
-        return ModelFiles(folder, model_id, path)
+        return ModelFiles(folder, model_id, path, gguf_model_name(path))
     _convert_gguf(path, folder, digest)
-    return ModelFiles(folder, model_id, path)
+    return ModelFiles(folder, model_id, path, gguf_model_name(path))
 
 
 def _convert_gguf(path: Path, folder: Path, digest: str) -> None:
@@ -157,6 +179,8 @@ def load_config(folder: Path) -> dict[str, Any]:
         cfg: dict[str, Any] = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot read {folder / 'config.json'}: {exc}") from exc
+    if not isinstance(cfg, dict):
+        raise ModelLoadError(f"{folder / 'config.json'} is not a JSON object")
     return cfg
 
 
@@ -168,14 +192,20 @@ def load_state_dict(folder: Path) -> dict[str, Any]:
         from safetensors.torch import load_file
 
         for f in files:
-            state.update(load_file(str(f)))
+            try:
+                state.update(load_file(str(f)))
+            except Exception as exc:  # noqa: BLE001 - safetensors' own error type, OSError, ...
+                raise ModelLoadError(f"cannot read the weights in {f}: {exc}") from exc
         return state
     bins = sorted(folder.glob("*.bin"))
     if bins:
         import torch
 
         for f in bins:
-            state.update(torch.load(str(f), map_location="cpu", weights_only=True))
+            try:
+                state.update(torch.load(str(f), map_location="cpu", weights_only=True))
+            except Exception as exc:  # noqa: BLE001 - unpickling errors, truncated files, ...
+                raise ModelLoadError(f"cannot read the weights in {f}: {exc}") from exc
         return state
     raise ModelLoadError(f"no weights (*.safetensors or *.bin) in {folder}")
 
@@ -193,7 +223,10 @@ def eos_token_ids(folder: Path, tokenizer: Any) -> frozenset[int]:
     ids: set[int] = set()
     gen = folder / "generation_config.json"
     if gen.is_file():
-        eos = json.loads(gen.read_text()).get("eos_token_id")
+        try:
+            eos = json.loads(gen.read_text()).get("eos_token_id")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ModelLoadError(f"cannot read {gen}: {exc}") from exc
         if isinstance(eos, int):
             ids.add(eos)
         elif isinstance(eos, list):

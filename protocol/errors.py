@@ -45,3 +45,24 @@ class EncodeError(ProtocolError):
 
 class VocabularyUnavailableError(ProtocolError):
     """A tokenizer vocabulary (e.g. `o200k_base.tiktoken`) is not available locally; parley never downloads one."""
+
+
+class UnencodableTextError(ProtocolError):
+    """Text the tokenizer cannot encode (a lone surrogate such as ``"\\ud800"``, or anything else it refuses).
+
+    `where` names the place (``messages[2].content``, ``tools[0].description``, ...; message indexes count
+    the conversation's messages), `position` the offending character's offset in that text when known.
+    The message never repeats the text itself.
+    """
+
+    def __init__(self, message: str, *, where: str, position: int | None = None) -> None:
+        super().__init__(message)
+        self.where = where
+        self.position = position
+
+
+class CodecConfigError(ProtocolError, ValueError):
+    """A codec was built or used without what the operation needs (a tokenizer, a chat template, a known style).
+
+    Also a `ValueError`, as it was before it joined the error tree.
+    """

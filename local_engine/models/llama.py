@@ -21,12 +21,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from parley.local_engine.errors import ModelLoadError
 from parley.local_engine.models.gemm import WeightGemm
 from parley.local_engine.threads import mkl_set_num_threads_local, omp_set_num_threads
 
 
 def _noop(_: int) -> None:
     return None
+
+
+_ROPE_TYPES = ("linear", "llama3")  # besides "default": what `_rope_inv_freq` implements
 
 
 @dataclass(frozen=True)
@@ -46,11 +50,47 @@ class LlamaArch:
 
     @classmethod
     def from_hf_config(cls, cfg: dict[str, Any]) -> LlamaArch:
+        """The architecture a HF `config.json` describes; `ModelLoadError` naming the field it cannot use."""
+        try:
+            arch = cls._from_hf_config(cfg)
+        except KeyError as exc:
+            raise ModelLoadError(f"config.json has no {exc.args[0]!r} (a Llama config needs it)") from exc
+        except (TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+            raise ModelLoadError(f"config.json has a value parley cannot use: {exc}") from exc
+        sizes = {"vocab_size": arch.vocab_size, "hidden_size": arch.hidden_size, "num_hidden_layers": arch.num_layers,
+                 "num_attention_heads": arch.num_heads, "num_key_value_heads": arch.num_kv_heads,
+                 "intermediate_size": arch.intermediate_size, "head_dim": arch.head_dim,
+                 "max_position_embeddings": arch.max_position_embeddings}
+        bad = next((name for name, value in sizes.items() if value < 1), None)
+        if bad is not None:
+            raise ModelLoadError(f"config.json: {bad} must be >= 1, got {sizes[bad]}")
+        if arch.num_heads % arch.num_kv_heads:
+            raise ModelLoadError(
+                f"config.json: num_attention_heads ({arch.num_heads}) is not a multiple of num_key_value_heads "
+                f"({arch.num_kv_heads})"
+            )
+        return arch
+
+    @classmethod
+    def _from_hf_config(cls, cfg: dict[str, Any]) -> LlamaArch:
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
-        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        field = "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling"
+        rope = cfg.get(field) or {}
+        if not isinstance(rope, dict):
+            raise ModelLoadError(f"config.json: {field} must be an object, got {rope!r}")
         theta = float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0)
-        scaling = rope if rope.get("rope_type", "default") not in ("default", None) else None
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        scaling = rope if kind not in ("default", None) else None
+        if scaling is not None:
+            if kind not in _ROPE_TYPES:
+                raise ModelLoadError(
+                    f"config.json: {field}.rope_type {kind!r} is not supported (supported: default, "
+                    f"{', '.join(_ROPE_TYPES)})"
+                )
+            if "factor" not in scaling:
+                raise ModelLoadError(f"config.json: {field} of rope_type {kind!r} needs a 'factor'")
+            scaling = {**scaling, "rope_type": kind}
         return cls(
             vocab_size=int(cfg["vocab_size"]),
             hidden_size=hidden,
@@ -105,7 +145,7 @@ def _rope_inv_freq(arch: LlamaArch) -> torch.Tensor:
     elif sc and sc.get("rope_type") == "linear":
         inv = inv / float(sc["factor"])
     elif sc:
-        raise NotImplementedError(f"rope scaling {sc.get('rope_type')!r} is not supported")
+        raise ModelLoadError(f"rope scaling {sc.get('rope_type')!r} is not supported (supported: {_ROPE_TYPES})")
     return inv.to(torch.float32)
 
 
@@ -176,16 +216,31 @@ class LlamaModel:
     def from_hf_state_dict(
         cls, arch: LlamaArch, sd: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype
     ) -> LlamaModel:
+        H, KVH, D = arch.num_heads, arch.num_kv_heads, arch.head_dim
+        hidden, inter, vocab = arch.hidden_size, arch.intermediate_size, arch.vocab_size
+        shapes = {
+            "self_attn.q_proj.weight": (H * D, hidden), "self_attn.k_proj.weight": (KVH * D, hidden),
+            "self_attn.v_proj.weight": (KVH * D, hidden), "self_attn.o_proj.weight": (hidden, H * D),
+            "mlp.gate_proj.weight": (inter, hidden), "mlp.up_proj.weight": (inter, hidden),
+            "mlp.down_proj.weight": (hidden, inter), "input_layernorm.weight": (hidden,),
+            "post_attention_layernorm.weight": (hidden,), "model.embed_tokens.weight": (vocab, hidden),
+            "lm_head.weight": (vocab, hidden), "model.norm.weight": (hidden,),
+        }
+
         def get(name: str) -> torch.Tensor:
             if name not in sd:
                 raise KeyError(f"weight {name!r} missing from the checkpoint")
+            want = shapes.get(name) or shapes.get(name.split(".", 3)[-1])
+            if want is not None and tuple(sd[name].shape) != want:
+                raise ModelLoadError(
+                    f"weight {name!r} has shape {tuple(sd[name].shape)}; config.json implies {want}"
+                )
             return sd[name].to(dtype=torch.float32)
 
         def put(w: torch.Tensor) -> torch.Tensor:
             return w.to(device=device, dtype=dtype).contiguous()
 
         complex_rope = dtype in (torch.float32, torch.float64) and arch.head_dim % 2 == 0
-        H, KVH, D = arch.num_heads, arch.num_kv_heads, arch.head_dim
         layers = []
         for i in range(arch.num_layers):
             p = f"model.layers.{i}."

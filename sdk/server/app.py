@@ -60,8 +60,10 @@ def served_name_of(engine: EnginePort) -> str:
     name = getattr(engine, "model_name", None)
     if isinstance(name, str) and name:
         return name
-    head = engine.model_id.split("@", 1)[0].replace("\\", "/").rstrip("/")
-    return head.rsplit("/", 1)[-1] or "local"
+    parts = [p for p in engine.model_id.split("@", 1)[0].replace("\\", "/").split("/") if p]
+    if len(parts) > 1 and parts[-1] in ("float32", "bfloat16", "float16"):
+        parts.pop()  # a dtype suffix (the engine's cache identity) is no name
+    return parts[-1] if parts else "local"
 
 
 def create_app(

@@ -26,7 +26,14 @@ def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
         help="accept this API key (repeatable); KEY=TENANT names its tenant. Without keys any caller is served.",
     )
     parser.add_argument("--api-keys-file", default=None, help='JSON {"key": "tenant"} or lines of KEY=TENANT')
-    parser.add_argument("--served-model-name", default=None, help="the id /v1/models lists (default: the model's)")
+    parser.add_argument(
+        "--served-model-name",
+        action="append",
+        default=[],
+        metavar="NAME[,ALIAS...]",
+        help="the id /v1/models lists (default: the model's own name, e.g. SmolLM2-135M-Instruct); repeatable "
+        "or comma-separated: the first is listed, the others are aliases requests may name",
+    )
     parser.add_argument("--accept-any-model", action="store_true", help="serve any requested model name")
     parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     parser.add_argument("--max-concurrent", type=int, default=256, help="requests held at once before 429")
@@ -38,12 +45,15 @@ def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def build_config(args: argparse.Namespace, model_id: str) -> ServerConfig:
+def build_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
+    """The server's config from the parsed flags; `model_name` is the engine's own (used without a flag)."""
     tenants = TenantRegistry.from_flags(args.api_key)
     if args.api_keys_file:
         tenants = TenantRegistry.from_file(args.api_keys_file).merged(tenants)
+    names = served_names(args.served_model_name)
     return ServerConfig(
-        model_name=args.served_model_name or _short_name(model_id),
+        model_name=names[0] if names else model_name,
+        model_aliases=tuple(names[1:]),
         accept_any_model=args.accept_any_model,
         tenants=tenants,
         max_body_bytes=args.max_body_bytes,
@@ -51,11 +61,16 @@ def build_config(args: argparse.Namespace, model_id: str) -> ServerConfig:
     )
 
 
-def _short_name(model_id: str) -> str:
-    name = model_id.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
-    for suffix in (".gguf",):
-        name = name.removesuffix(suffix)
-    return name.lower() or "local"
+def served_names(flags: list[str] | str | None) -> list[str]:
+    """``--served-model-name`` values (repeated, comma-separated or both) as names, in order, without repeats."""
+    values = [flags] if isinstance(flags, str) else list(flags or ())
+    names: list[str] = []
+    for value in values:
+        for name in value.split(","):
+            name = name.strip()
+            if name and name not in names:
+                names.append(name)
+    return names
 
 
 def serve_main(args: argparse.Namespace) -> int:
@@ -68,7 +83,7 @@ def serve_main(args: argparse.Namespace) -> int:
     engine_config = EngineConfig(max_waiting=args.max_waiting) if args.max_waiting is not None else None
     engine = Engine.from_pretrained(args.model, device=args.device, dtype=args.dtype, config=engine_config)
     try:
-        config = build_config(args, engine.model_id)
+        config = build_config(args, engine.model_name)
         if config.tenants.open and args.host not in ("127.0.0.1", "localhost", "::1"):
             print(
                 f"warning: serving on {args.host} without API keys: anyone who can reach it may use it "

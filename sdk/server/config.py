@@ -11,7 +11,9 @@ from parley.server.tenants import TenantRegistry
 class ServerConfig:
     """How the HTTP layer behaves; the engine is configured separately (`EngineConfig`).
 
-    - `model_name`: the id `GET /v1/models` lists; requests naming another model get a 404.
+    - `model_name`: the id `GET /v1/models` lists; empty (the default) means the engine's own
+      `model_name` (e.g. ``SmolLM2-135M-Instruct``). Requests naming another model get a 404, unless
+      the name is one of `model_aliases` (or the engine's `model_id`).
       `accept_any_model=True` serves every name with the one loaded model (handy for clients with a
       hard-coded model string).
     - `max_body_bytes`: larger bodies are refused with 413 before they are parsed.
@@ -22,7 +24,8 @@ class ServerConfig:
     - `max_deadline_s`: a client deadline is capped at this.
     """
 
-    model_name: str = "smollm2-135m-instruct"
+    model_name: str = ""
+    model_aliases: tuple[str, ...] = ()
     accept_any_model: bool = False
     tenants: TenantRegistry = field(default_factory=TenantRegistry)
     max_body_bytes: int = 4 * 1024 * 1024
@@ -34,3 +37,10 @@ class ServerConfig:
     does this for strict tools; a small model needs it for every call)."""
     retry_after_s: float = 1.0
     """The `retry-after` sent when the server is at `max_concurrent` and the engine gives no better hint."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_aliases", tuple(self.model_aliases))
+
+    def serves(self, name: str) -> bool:
+        """Whether a request naming `name` is for the served model (its id or an alias)."""
+        return self.accept_any_model or name == self.model_name or name in self.model_aliases

@@ -185,7 +185,3 @@ def parse_exposition(text: str) -> dict[str, float]:
         name, _, value = line.rpartition(" ")
         values[name] = float(value)
     return values
-
-
-def counters_sum(values: Mapping[str, float], prefix: str) -> float:
-    return sum(v for k, v in values.items() if k == prefix or k.startswith(prefix + "{"))

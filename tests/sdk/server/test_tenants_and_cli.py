@@ -66,7 +66,7 @@ def test_serve_command_parses_into_a_config(tmp_path: Path) -> None:
         ["serve", "--port", "9001", "--api-key", "k1=acme", "--api-keys-file", str(keys), "--max-body-bytes", "1000"]
     )
     assert args.port == 9001 and args.host == "127.0.0.1" and args.model is None
-    config = build_config(args, "/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    assert config.model_name == "smollm2-135m-instruct.q4_1"
+    config = build_config(args, "SmolLM2-135M-Instruct")  # the engine's own name, used without --served-model-name
+    assert config.model_name == "SmolLM2-135M-Instruct" and config.model_aliases == ()
     assert config.tenants.tenant_for("k1") == "acme" and config.tenants.tenant_for("filekey") == "globex"
     assert config.max_body_bytes == 1000
