@@ -117,6 +117,8 @@ class AnthropicBackend:
             extra["temperature"] = sampling.temperature
         if sampling.top_p is not None:
             extra["top_p"] = sampling.top_p
+        if sampling.top_k is not None:
+            extra["top_k"] = sampling.top_k
         if sampling.stop:
             extra["stop_sequences"] = list(sampling.stop)
         choice = request.tool_choice
@@ -128,7 +130,9 @@ class AnthropicBackend:
             max_tokens=max_tokens,
             tool_choice="auto" if isinstance(choice, NamedToolChoice) else choice,
             tool_name=choice.name if isinstance(choice, NamedToolChoice) else None,
-            parallel_tool_calls=self.parallel_tool_calls,
+            parallel_tool_calls=self.parallel_tool_calls
+            if request.parallel_tool_calls is None
+            else request.parallel_tool_calls,
             stream=stream,
             **extra,
         )

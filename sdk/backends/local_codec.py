@@ -16,8 +16,8 @@ from typing import Any, Protocol
 from parley.constrained.hook import THINK_END, TOOL_CALL_OPEN, Trigger
 from parley.constrained.specs import ToolCallFormat
 from parley.protocol import Conversation, Event, ToolCall, ToolSpec
-from parley.protocol.chat_template import TOOL_CALL_CLOSE, ChatTemplateCodec
 from parley.protocol.chat_template import THINK_END as THINK_END_TEXT
+from parley.protocol.chat_template import TOOL_CALL_CLOSE, ChatTemplateCodec
 from parley.protocol.chat_template import TOOL_CALL_OPEN as TOOL_CALL_OPEN_TEXT
 
 

@@ -129,6 +129,8 @@ class OpenAIBackend:
         if max_tokens is not None:
             extra["max_completion_tokens" if flavor == "openai" else "max_tokens"] = max_tokens
         extra.update(temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed)
+        if sampling.top_k is not None and flavor != "openai":  # vLLM/SGLang extension; OpenAI has no top_k
+            extra["top_k"] = sampling.top_k
         if sampling.stop:
             extra["stop"] = list(sampling.stop)
         extra.update(self._reasoning(request, flavor))
@@ -152,7 +154,9 @@ class OpenAIBackend:
             tool_name=choice.name if isinstance(choice, NamedToolChoice) else None,
             stream=stream,
             developer_role=flavor == "openai",
-            parallel_tool_calls=self.parallel_tool_calls,
+            parallel_tool_calls=self.parallel_tool_calls
+            if request.parallel_tool_calls is None
+            else request.parallel_tool_calls,
             **extra,
         )
         body.update(self.extra_body)

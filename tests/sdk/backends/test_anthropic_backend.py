@@ -317,3 +317,11 @@ def test_parallel_tool_use_can_be_disabled() -> None:
 
 def test_a_zero_budget_means_no_thinking() -> None:
     assert "thinking" not in _body(MODEL, reasoning=Reasoning(budget_tokens=0))
+
+
+def test_a_request_can_turn_parallel_tool_use_off_and_send_top_k() -> None:
+    backend = AnthropicBackend(MODEL, api_key="k")  # parallel on by default
+    request = _request(Message.user("x"), tools=[WEATHER], parallel_tool_calls=False,
+                       sampling=SamplingSettings(top_k=5))
+    body, _, _ = backend.build_body(request)
+    assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True} and body["top_k"] == 5

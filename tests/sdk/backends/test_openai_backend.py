@@ -252,3 +252,12 @@ async def test_connection_refused_is_typed() -> None:
     with pytest.raises(APIConnectionError) as info:
         await backend.generate(_request(Message.user("x")))
     assert info.value.retryable and info.value.status_code is None
+
+
+def test_request_settings_reach_the_body_where_the_flavor_has_them() -> None:
+    backend = OpenAIBackend("m", api_key="k")
+    tool = ToolSpec(name="f", description="", parameters={"type": "object", "properties": {}})
+    request = _request(Message.user("x"), tools=[tool], parallel_tool_calls=False, sampling=SamplingSettings(top_k=7))
+    vllm = backend.build_body(request, "vllm")
+    assert vllm["parallel_tool_calls"] is False and vllm["top_k"] == 7
+    assert "top_k" not in backend.build_body(request, "openai")  # OpenAI's API has no top_k
