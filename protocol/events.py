@@ -62,6 +62,20 @@ class UsageEvent(_Event):
     usage: Usage
 
 
+class ToolCallRepeated(_Event):
+    """The run answered a tool call from an identical earlier one instead of running it (the repeat rule).
+
+    `action` is ``reused`` (the model got the earlier outcome, marked as a repeat) or ``error`` (the
+    tool's ``on_repeat="error"``); the call's result follows as a tool `MessageEnd`.
+    """
+
+    kind: Literal["tool_call_repeated"] = "tool_call_repeated"
+    call_id: str
+    tool_name: str
+    original_call_id: str
+    action: Literal["reused", "error"]
+
+
 class ErrorEvent(_Event):
     """Something went wrong in the stream; `code` is machine-readable."""
 
@@ -71,6 +85,14 @@ class ErrorEvent(_Event):
 
 
 Event = Annotated[
-    TextDelta | ReasoningDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | UsageEvent | ErrorEvent,
+    TextDelta
+    | ReasoningDelta
+    | ToolCallStart
+    | ToolCallDelta
+    | ToolCallEnd
+    | MessageEnd
+    | UsageEvent
+    | ToolCallRepeated
+    | ErrorEvent,
     Field(discriminator="kind"),
 ]

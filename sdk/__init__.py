@@ -10,7 +10,7 @@ from parley.caching import CachePolicy
 from parley.protocol import Conversation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
 from parley.reasoning import Reasoning
 from parley.result import RunResult
-from parley.run_state import Interruption, RunState
+from parley.run_state import Interruption, RepeatedCall, RunState
 from parley.tools import Tool, ToolContext, tool
 from parley.usage_limits import UsageLimits
 
@@ -22,6 +22,7 @@ __all__ = [
     "Message",
     "ParleyError",
     "Reasoning",
+    "RepeatedCall",
     "Role",
     "RunResult",
     "RunState",

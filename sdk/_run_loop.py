@@ -4,6 +4,17 @@
     append results next to their calls (adjacency) ->  model turn  ->  tool calls? loop
     no calls: validate the answer (bounded repair loop)  ->  return the output
 
+Two rules make every run converge, on small local models too:
+
+* the repeat rule (`parley.interruptions`): a call identical to one already settled since the last
+  user message is answered from the record, not run or sent for approval again;
+* tools off: after `Agent.max_tool_rounds` model turns with tool calls (since the last user
+  message), and on the last turn `max_turns` allows, the request goes with ``tool_choice="none"``:
+  the local backend's grammar then admits only the typed answer, hosted backends get the same
+  field. Calls a model makes anyway are not run (each gets an error result) and count as failed
+  answer attempts, so the run ends with an answer or `OutputValidationError` naming the cause,
+  never by quietly using up `max_turns`.
+
 Everything the loop knows lives in the `RunState`, so any point where the state is checkpointed is
 a point the run can resume from, in another process if need be.
 """
@@ -18,12 +29,13 @@ from parley._run_tools import ToolRunner
 from parley._run_turn import EventSink, take_turn, unique_call_ids
 from parley.backends.base import ModelRequest
 from parley.errors import MaxTurnsExceeded, OutputValidationError
-from parley.interruptions import plan_batch
+from parley.interruptions import plan_batch, repeat_mode, repeat_outcome, settled_call
 from parley.output import OutputInvalid
-from parley.protocol import Conversation, Message, MessageEnd, Role, ToolResult
+from parley.protocol import Conversation, Message, MessageEnd, Role, ToolCall, ToolResult
+from parley.protocol.events import ToolCallRepeated
 from parley.result import RunResult
-from parley.run_state import RunState
-from parley.tools import ToolContext
+from parley.run_state import RepeatedCall, RunState
+from parley.tools import ToolContext, call_key
 
 if TYPE_CHECKING:
     from parley.agent import Agent
@@ -51,6 +63,10 @@ class RunLoop:
         # one executor per run: its in-flight dedup by call id must never join two runs' calls
         self.tool_runner = ToolRunner(agent.tools)
         self.seen_ids = {c.id for m in state.messages for c in m.tool_calls} | {c.id for c in state.batch}
+        self.tools_off: str | None = None
+        """Why the current request has tools off (None: it has them as the agent says)."""
+        self.missed = ""
+        """Why the last turn gave no final answer (named when `max_turns` runs out)."""
 
     async def checkpoint(self) -> None:
         if self._user_checkpoint is not None:
@@ -73,21 +89,29 @@ class RunLoop:
             if state.queued_input:
                 state.messages.extend(state.queued_input)
                 state.queued_input = []
+                new_user_turn(state)
 
             if state.turn >= agent.max_turns:
+                why = f"; on the last turn {self.missed}" if self.missed else ""
                 raise MaxTurnsExceeded(
-                    f"the run used its max_turns={agent.max_turns} model turns without a final answer", state=state
+                    f"the run used its max_turns={agent.max_turns} model turns without a final answer{why}",
+                    state=state,
                 )
             agent.usage_limits.check_before_request(state.usage)
-            response = await take_turn(agent.backend, self._request(), self.emit)
+            request = self._request()
+            response = await take_turn(agent.backend, request, self.emit)
             state.turn += 1
             state.usage = state.usage + response.usage
             agent.usage_limits.check_after_response(state.usage)
             produced = unique_call_ids(response.messages, self.seen_ids, state.turn)
             state.messages.extend(produced)
             calls = [c for m in produced for c in m.tool_calls]
+            if calls and request.tool_choice == "none":
+                await self._refuse(calls)
+                continue
             if calls:
                 state.tool_calls += len(calls)
+                state.tool_rounds += 1
                 agent.usage_limits.check_tool_calls(state.tool_calls, state.usage)
                 state.batch = calls
                 await self.checkpoint()
@@ -98,6 +122,7 @@ class RunLoop:
                 output = agent.output_spec.parse(answer)
             except OutputInvalid as invalid:
                 state.output_attempts += 1
+                self.missed = f"the answer did not match the output type: {invalid.detail}"
                 if state.output_attempts > agent.output_retries:
                     raise OutputValidationError(
                         f"the final answer did not match the output type after {state.output_attempts} attempt(s): "
@@ -114,6 +139,34 @@ class RunLoop:
             await self.checkpoint()
             return self._result(output, paused=False)
 
+    async def _refuse(self, calls: list[ToolCall]) -> None:
+        """The model called tools on a turn that had them off: answer each call without running it.
+
+        This counts as a failed answer attempt (bounded by `output_retries`), so a model that will not
+        stop calling tools ends the run with a typed error naming the cause, not by using up `max_turns`.
+        """
+        state, agent = self.state, self.agent
+        reason = self.tools_off or "tool_choice is 'none'"
+        names = ", ".join(sorted({c.name for c in calls}))
+        self.missed = f"the model called {names} although tools were off ({reason})"
+        content = f"Not run: tools are off now ({reason}). Answer with what you already know."
+        for call in calls:
+            result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
+            state.messages.append(Message(role=Role.TOOL, parts=[result], name=result.name))
+            if self.emit is not None:
+                await self._emit_result(result)
+        state.output_attempts += 1
+        if state.output_attempts > agent.output_retries:
+            raise OutputValidationError(
+                f"no final answer: the model kept calling tools ({names}) after tools were turned off ({reason}), "
+                f"{state.output_attempts} time(s); raise max_tool_rounds / max_turns or check the backend honours "
+                "tool_choice='none'",
+                last_attempt=", ".join(f"{c.name}({c.arguments})" for c in calls),
+                errors=f"tool calls while tool_choice='none' ({reason})",
+                attempts=state.output_attempts,
+            )
+        await self.checkpoint()
+
     async def _resolve_batch(self) -> bool:
         """Run / answer what can be; True when every call of the batch has a result."""
         state = self.state
@@ -121,17 +174,24 @@ class RunLoop:
         for call_id, result in plan.answered.items():
             state.records[call_id] = result
             state.decisions.pop(call_id, None)
+        for key, entry in plan.settled.items():
+            state.call_log.setdefault(key, entry)
+        state.repeats.extend(plan.repeats)
         on_result = self._emit_result if self.emit is not None else None
         if plan.answered:
             await self.checkpoint()
             if on_result is not None:
+                repeated = {r.call_id: r for r in plan.repeats}
                 for result in plan.answered.values():
+                    if result.call_id in repeated:
+                        await self._emit_repeat(repeated[result.call_id])
                     await on_result(result)
         await self.tool_runner.run_batch(
             state, plan.run, self.context, self.checkpoint if self._user_checkpoint else None, on_result
         )
         for call, _ in plan.run:
             state.decisions.pop(call.id, None)
+        await self._answer_followers(plan.follow)
         if plan.pause:
             state.pending = plan.pause
             return False
@@ -142,15 +202,58 @@ class RunLoop:
         await self.checkpoint()
         return True
 
+    async def _answer_followers(self, follow: dict[str, str]) -> None:
+        """Calls identical to an earlier call of the same batch get its outcome, once it is known."""
+        state = self.state
+        calls = {c.id: c for c in state.batch}
+        answered = []
+        for call_id, leader_id in follow.items():
+            leader = state.records.get(leader_id)
+            if leader is None:  # the first call is waiting for a decision: so does this one
+                continue
+            call = calls[call_id]
+            tool = self.tool_runner.tools.get(call.name)
+            entry = state.call_log.get(call_key(call.name, call.arguments)) or settled_call(leader, "ran")
+            result, repeat = repeat_outcome(call, entry, repeat_mode(tool), turn=state.turn)
+            state.records[call_id] = result
+            state.repeats.append(repeat)
+            answered.append((repeat, result))
+        if not answered:
+            return
+        await self.checkpoint()
+        if self.emit is not None:
+            for repeat, result in answered:
+                await self._emit_repeat(repeat)
+                await self._emit_result(result)
+
+    async def _emit_repeat(self, repeat: RepeatedCall) -> None:
+        assert self.emit is not None
+        await self.emit(
+            ToolCallRepeated(
+                call_id=repeat.call_id,
+                tool_name=repeat.tool_name,
+                original_call_id=repeat.original_call_id,
+                action=repeat.action,
+            )
+        )
+
     async def _emit_result(self, result: ToolResult) -> None:
         assert self.emit is not None
         await self.emit(MessageEnd(message=Message(role=Role.TOOL, parts=[result], name=result.name)))
 
     def _request(self) -> ModelRequest:
-        agent = self.agent
+        agent, state = self.agent, self.state
         choice = agent.tool_choice
         if callable(choice):
-            choice = choice(self.state.messages)
+            choice = choice(state.messages)
+        self.tools_off = None
+        if agent.tool_specs and choice != "none":
+            if agent.max_tool_rounds is not None and state.tool_rounds >= agent.max_tool_rounds:
+                self.tools_off = f"max_tool_rounds={agent.max_tool_rounds} rounds of tool calls are used up"
+            elif state.turn + 1 >= agent.max_turns:
+                self.tools_off = f"this is the last of max_turns={agent.max_turns} model turns"
+            if self.tools_off is not None:
+                choice = "none"
         return ModelRequest(
             conversation=Conversation(messages=self._conversation()),
             tools=agent.tool_specs,
@@ -177,3 +280,10 @@ class RunLoop:
             interruptions=list(self.state.pending),
             paused=paused,
         )
+
+
+def new_user_turn(state: RunState) -> None:
+    """A new user message starts a new request: the repeat rule's record and the tool rounds restart
+    (the user may ask for the same call again; it then runs, or asks for approval, again)."""
+    state.call_log = {}
+    state.tool_rounds = 0

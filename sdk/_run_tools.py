@@ -6,6 +6,10 @@ process that dies mid-batch therefore resumes with exactly the unrecorded calls 
 calls are never re-executed, in-flight ones re-run with the same call id (their idempotency key,
 available to the tool as `ToolContext.call_id`).
 
+A call that ran successfully is also entered in the state's `call_log` (under its call key, and
+under the edited arguments' key when a person changed them), in the same step as its record, so the
+repeat rule (`parley.interruptions`) knows it even after a crash and resume.
+
 Execution itself (argument validation, timeouts, retries of idempotent tools, result formatting,
 errors turned into error results for the model) is `parley.tools.ToolExecutor`'s job.
 """
@@ -16,9 +20,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from parley.interruptions import repeat_mode, settled_call
 from parley.protocol import ToolCall, ToolResult
 from parley.run_state import RunState
-from parley.tools import Tool, ToolContext, ToolExecutor
+from parley.tools import Tool, ToolContext, ToolExecutor, call_key
 
 Checkpoint = Callable[[], Awaitable[None]]
 
@@ -51,6 +56,7 @@ class ToolRunner:
             result = results[0]
             state.records[call.id] = result
             state.started = [c for c in state.started if c != call.id]
+            self.log(state, call, arguments, result)
             if checkpoint is not None:
                 await checkpoint()
             if on_result is not None:
@@ -60,6 +66,15 @@ class ToolRunner:
             await one(*calls[0])
         else:
             await asyncio.gather(*(one(call, arguments) for call, arguments in calls))
+
+    def log(self, state: RunState, call: ToolCall, arguments: str, result: ToolResult) -> None:
+        """Remember a successful run for the repeat rule (failures are not: the model may retry them)."""
+        tool = self.tools.get(call.name)
+        if result.is_error or tool is None or repeat_mode(tool) == "allow":
+            return
+        entry = settled_call(result, "ran")
+        for text in {call.arguments, arguments}:
+            state.call_log.setdefault(call_key(call.name, text), entry)
 
 
 def tool_objects(tools: Sequence[Any]) -> list[Tool]:

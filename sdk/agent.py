@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 from parley._run_history import normalise_history, recorded_for
-from parley._run_loop import CheckpointFn, RunLoop
+from parley._run_loop import CheckpointFn, RunLoop, new_user_turn
 from parley._run_tools import ToolRunner, tool_objects
 from parley.backends.base import Backend, SamplingSettings, ToolChoice
 from parley.caching import CachePolicy
@@ -38,6 +38,12 @@ OutputT = TypeVar("OutputT")
 ToolChoicePolicy = Callable[[list[Message]], ToolChoice]
 """Decides the tool choice per turn from the conversation so far (e.g. force a plan's next tool)."""
 
+DEFAULT_MAX_TOOL_ROUNDS = 3
+"""Rounds of tool calls per user message before the model must answer (`Agent(max_tool_rounds=...)`).
+
+Small on purpose: look something up, act, check — then answer. Small local models otherwise loop
+(the same call turn after turn); hosted multi-step agents should raise it or pass None."""
+
 AgentInput = str | Message | Sequence[Message] | Conversation | None
 """A user prompt, one message, or a whole history (repaired for tool-call adjacency)."""
 
@@ -49,6 +55,12 @@ class Agent(Generic[OutputT]):
     caps model requests for the whole run (resumes included); `usage_limits` caps requests,
     tokens, tool calls and cost; `output_retries` bounds the repair loop for structured answers.
     `tool_choice` is fixed, or a function of the conversation so far deciding each turn.
+
+    Convergence: after `max_tool_rounds` model turns with tool calls since the last user message
+    (default 3; None: no limit), and on the last turn `max_turns` allows, the model is asked with
+    ``tool_choice="none"`` — locally the grammar then admits only the typed answer — so a looping
+    model ends with an answer, or a typed error naming why, instead of using up `max_turns`. A call
+    identical to one already settled is not run again (the repeat rule, per tool ``on_repeat``).
     """
 
     @overload
@@ -62,6 +74,7 @@ class Agent(Generic[OutputT]):
         reasoning: Reasoning | None = None,
         cache: CachePolicy | None = None,
         max_turns: int = 20,
+        max_tool_rounds: int | None = DEFAULT_MAX_TOOL_ROUNDS,
         name: str | None = None,
         usage_limits: UsageLimits | None = None,
         output_retries: int = 2,
@@ -80,6 +93,7 @@ class Agent(Generic[OutputT]):
         reasoning: Reasoning | None = None,
         cache: CachePolicy | None = None,
         max_turns: int = 20,
+        max_tool_rounds: int | None = DEFAULT_MAX_TOOL_ROUNDS,
         name: str | None = None,
         usage_limits: UsageLimits | None = None,
         output_retries: int = 2,
@@ -97,6 +111,7 @@ class Agent(Generic[OutputT]):
         reasoning: Reasoning | None = None,
         cache: CachePolicy | None = None,
         max_turns: int = 20,
+        max_tool_rounds: int | None = DEFAULT_MAX_TOOL_ROUNDS,
         name: str | None = None,
         usage_limits: UsageLimits | None = None,
         output_retries: int = 2,
@@ -107,6 +122,10 @@ class Agent(Generic[OutputT]):
             raise ConfigurationError(f"backend must implement parley.backends.Backend, not {type(backend).__name__}")
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ConfigurationError(f"max_turns must be a positive int, not {max_turns!r}")
+        if max_tool_rounds is not None and (
+            isinstance(max_tool_rounds, bool) or not isinstance(max_tool_rounds, int) or max_tool_rounds < 1
+        ):
+            raise ConfigurationError(f"max_tool_rounds must be a positive int or None, not {max_tool_rounds!r}")
         if isinstance(output_retries, bool) or not isinstance(output_retries, int) or output_retries < 0:
             raise ConfigurationError(f"output_retries must be a non-negative int, not {output_retries!r}")
         self.backend = backend
@@ -116,6 +135,7 @@ class Agent(Generic[OutputT]):
         self.reasoning = reasoning
         self.cache = cache
         self.max_turns = max_turns
+        self.max_tool_rounds = max_tool_rounds
         self.name = name
         self.usage_limits = usage_limits or UsageLimits()
         self.output_retries = output_retries
@@ -246,6 +266,7 @@ class Agent(Generic[OutputT]):
             else:
                 state.messages.extend(new_messages)
                 state.status = "running"
+                new_user_turn(state)
         return state
 
     def _input_messages(self, input: AgentInput) -> list[Message]:

@@ -7,6 +7,11 @@ A model turn yields a batch of tool calls. Before anything runs, every call is *
   message as an error result, provided results are recorded as given, approved calls run (with
   the edited arguments if any);
 * a call to an unknown tool gets an error result naming the tools that exist (the model can fix it);
+* the repeat rule (`parley.tools.repeat`): a call identical (tool name + canonical arguments) to one
+  already settled since the last user message is, unless its tool says ``on_repeat="allow"``, not
+  run and not sent for approval again — it gets the recorded outcome marked as a repeat
+  (``"reuse"``) or an error result (``"error"``); an identical call later in the *same* batch
+  waits for the first one and gets its outcome the same way;
 * a `deferred` tool pauses for an outside result, a tool whose `needs_approval` says so pauses for
   a human (fail closed: a predicate that errors means "ask");
 * everything else runs now, in parallel with the rest of the batch.
@@ -22,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parley.protocol import ToolCall, ToolResult
-from parley.run_state import Approved, Interruption, Provided, Rejected, RunState
+from parley.run_state import Approved, Interruption, Provided, Rejected, RepeatedCall, RunState, SettledCall
+from parley.tools import call_key
 
 
 @dataclass
@@ -30,31 +36,61 @@ class BatchPlan:
     run: list[tuple[ToolCall, str]] = field(default_factory=list)
     """Calls to execute now, each with the argument text to execute it with."""
     answered: dict[str, ToolResult] = field(default_factory=dict)
-    """Results known without running anything (decisions, unknown tools)."""
+    """Results known without running anything (decisions, unknown tools, repeats)."""
     pause: list[Interruption] = field(default_factory=list)
+    settled: dict[str, SettledCall] = field(default_factory=dict)
+    """Entries for `RunState.call_log` from this plan's decisions (rejected / provided), by call key."""
+    repeats: list[RepeatedCall] = field(default_factory=list)
+    """Calls answered from `RunState.call_log` (their results are in `answered`)."""
+    follow: dict[str, str] = field(default_factory=dict)
+    """call id -> id of an identical call earlier in this batch, whose outcome answers it once known."""
+
+
+def repeat_mode(tool: Any) -> str:
+    """The tool's `on_repeat` option (``"reuse"`` for tool objects that do not have one)."""
+    mode = getattr(tool, "on_repeat", "reuse")
+    return mode if mode in ("reuse", "allow", "error") else "reuse"
 
 
 def plan_batch(state: RunState, tools: dict[str, Any]) -> BatchPlan:
     plan = BatchPlan()
     pending = {i.call_id: i for i in state.pending}
+    leaders: dict[str, str] = {}  # call key -> first call of this batch with it
     for call in state.batch:
+        tool = tools.get(call.name)
+        key = call_key(call.name, call.arguments) if tool is not None and repeat_mode(tool) != "allow" else None
+        leader = None
+        if key is not None and key not in state.call_log:
+            leader = leaders.setdefault(key, call.id)
+            leader = None if leader == call.id else leader
         if call.id in state.records:
             continue
         decision = state.decisions.get(call.id)
         if isinstance(decision, Rejected):
-            plan.answered[call.id] = ToolResult(
-                call_id=call.id, name=call.name, content=decision.message, is_error=True
-            )
+            result = ToolResult(call_id=call.id, name=call.name, content=decision.message, is_error=True)
+            plan.answered[call.id] = result
+            if key is not None:
+                plan.settled[key] = settled_call(result, "rejected")
             continue
         if isinstance(decision, Provided):
-            plan.answered[call.id] = ToolResult(
+            result = ToolResult(
                 call_id=call.id, name=call.name, content=result_text(decision.value), is_error=decision.is_error
             )
+            plan.answered[call.id] = result
+            if key is not None:
+                plan.settled[key] = settled_call(result, "provided")
             continue
         if call.id in pending:
             plan.pause.append(pending[call.id])
             continue
-        tool = tools.get(call.name)
+        if leader is not None:
+            plan.follow[call.id] = leader
+            continue
+        if key is not None and key in state.call_log:
+            result, repeat = repeat_outcome(call, state.call_log[key], repeat_mode(tool), turn=state.turn)
+            plan.answered[call.id] = result
+            plan.repeats.append(repeat)
+            continue
         if tool is None:
             names = ", ".join(sorted(tools)) or "none"
             plan.answered[call.id] = ToolResult(
@@ -74,6 +110,42 @@ def plan_batch(state: RunState, tools: dict[str, Any]) -> BatchPlan:
         else:
             plan.run.append((call, call.arguments))
     return plan
+
+
+def settled_call(result: ToolResult, outcome: str) -> SettledCall:
+    return SettledCall(
+        call_id=result.call_id,
+        tool_name=result.name,
+        outcome=outcome,  # type: ignore[arg-type]
+        content=result.content,
+        is_error=result.is_error,
+    )
+
+
+def repeat_outcome(call: ToolCall, earlier: SettledCall, mode: str, *, turn: int) -> tuple[ToolResult, RepeatedCall]:
+    """The result a repeated call gets, and the record of it (see the module docstring)."""
+    if mode == "error":
+        content = (
+            f"Not run: {call.name} was already called with exactly these arguments in this run "
+            f"(call {earlier.call_id}), and it does not run twice. Use that result, or change the arguments."
+        )
+        result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
+        action = "error"
+    else:
+        done = {"ran": "already ran", "rejected": "was already rejected", "provided": "was already answered"}
+        note = f"[repeat: identical to call {earlier.call_id}, which {done[earlier.outcome]}; not run again]"
+        content = f"{note} {earlier.content}" if earlier.content else note
+        result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=earlier.is_error)
+        action = "reused"
+    repeat = RepeatedCall(
+        call_id=call.id,
+        tool_name=call.name,
+        arguments=call.arguments,
+        original_call_id=earlier.call_id,
+        action=action,  # type: ignore[arg-type]
+        turn=turn,
+    )
+    return result, repeat
 
 
 def _needs_approval(tool: Any, arguments: str) -> bool:

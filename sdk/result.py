@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from parley.protocol import Message, Usage
-from parley.run_state import Interruption, RunState
+from parley.run_state import Interruption, RepeatedCall, RunState
 
 OutputT = TypeVar("OutputT")
 
@@ -33,6 +33,16 @@ class RunResult(Generic[OutputT]):
     def turns(self) -> int:
         """Model requests made by the run so far."""
         return self.state.turn
+
+    @property
+    def repeats(self) -> list[RepeatedCall]:
+        """Calls the repeat rule answered from an identical earlier call instead of running them (whole run)."""
+        return list(self.state.repeats)
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls the model made in this run (repeats included; `repeats` says which were not run)."""
+        return self.state.tool_calls
 
     def new_messages(self, since: int = 0) -> list[Message]:
         return self.messages[since:]

@@ -3,10 +3,11 @@
 A run pauses when a tool call needs a human (``needs_approval``) or an outside result
 (``deferred``). The state then holds the conversation so far, the open batch of tool calls, the
 results already recorded for that batch (by call id), the calls still pending, the decisions taken
-on them, usage so far, turn count, backend identity, tenant and trace id. Resolve pending calls
-with `approve` / `reject` / `provide_result` (partially if you like: unresolved calls pause the
-run again), serialise with `to_json`, and resume with ``agent.run(state=RunState.from_json(s))``
-in this or another process.
+on them, usage so far, turn count, backend identity, tenant and trace id, and the repeat rule's
+record of settled calls (so an identical call is not run or sent for approval twice, even across
+processes). Resolve pending calls with `approve` / `reject` / `provide_result` (partially if you
+like: unresolved calls pause the run again), serialise with `to_json`, and resume with
+``agent.run(state=RunState.from_json(s))`` in this or another process.
 
 Durability: the run loop records a tool's result here before the next model call, and marks a
 call as *started* before executing it. Resuming never re-executes a call whose result is recorded;
@@ -39,13 +40,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from parley.errors import ApprovalArgumentsError, RunStateError, RunStateVersionError, UnknownCallError
 from parley.protocol import Message, ToolCall, ToolResult, Usage
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 SCHEMA_VERSION_SUMMARIES: dict[str, str] = {
     "1.0": "First release: messages, open batch, recorded results, started calls, pending interruptions, "
     "decisions, usage, turn and tool-call counts, backend, tenant, trace id, output.",
+    "1.1": "Adds the repeat rule's record (call_log: settled calls by tool name + canonical arguments; "
+    "repeats: calls answered from it) and tool_rounds (rounds of tool calls since the last user message).",
 }
 SUPPORTED_VERSIONS: tuple[str, ...] = tuple(SCHEMA_VERSION_SUMMARIES)
-_MIGRATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def _from_1_0(data: dict[str, Any]) -> dict[str, Any]:
+    """1.0 -> 1.1: only fields with defaults were added (an empty record, no rounds counted)."""
+    return {**data, "schema_version": "1.1"}
+
+
+_MIGRATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"1.0": _from_1_0}
 """version -> function turning a state dict of that version into the next supported one."""
 
 DEFAULT_REJECTION = "The user rejected this tool call."
@@ -90,6 +100,31 @@ class Provided(_Model):
 Decision = Annotated[Approved | Rejected | Provided, Field(discriminator="kind")]
 
 
+class SettledCall(_Model):
+    """A call this run settled, remembered for the repeat rule (`RunState.call_log`)."""
+
+    call_id: str
+    tool_name: str
+    outcome: Literal["ran", "rejected", "provided"]
+    """It ran (successfully), a person rejected it, or its result was provided from outside."""
+    content: str
+    is_error: bool = False
+
+
+class RepeatedCall(_Model):
+    """A call the repeat rule answered instead of running it (or asking for approval) again."""
+
+    call_id: str
+    tool_name: str
+    arguments: str
+    original_call_id: str
+    """The earlier identical call whose outcome answered this one."""
+    action: Literal["reused", "error"]
+    """``reused``: the model got the recorded result, marked as a repeat; ``error``: an error result."""
+    turn: int
+    """The model turn that made the repeated call."""
+
+
 class RunState(_Model):
     """A resumable snapshot of an agent run (see the module docstring for the compatibility policy)."""
 
@@ -119,6 +154,13 @@ class RunState(_Model):
     usage: Usage = Field(default_factory=Usage)
     output: Any = None
     """The final output as JSON (when `status` is ``complete``)."""
+    call_log: dict[str, SettledCall] = Field(default_factory=dict)
+    """Calls settled since the last user message, by `parley.tools.call_key` (tool name + canonical
+    arguments): what the repeat rule answers identical calls from. Cleared by a new user message."""
+    repeats: list[RepeatedCall] = Field(default_factory=list)
+    """Every call of this run the repeat rule answered (resumes included; never cleared)."""
+    tool_rounds: int = 0
+    """Model turns that made tool calls since the last user message (compared with `Agent.max_tool_rounds`)."""
 
     # -- resolving interruptions ------------------------------------------------------------------
     def _take(self, call_id: str) -> Interruption:

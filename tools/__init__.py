@@ -2,7 +2,8 @@
 
 `@tool` turns a typed function into a `Tool` (schema from type hints, descriptions from the
 docstring); `validate_arguments` checks a model's argument JSON strictly; `ToolExecutor` runs calls
-with timeouts, bounded retries for idempotent tools, at-most-once by call id, and parallelism.
+with timeouts, bounded retries for idempotent tools, at-most-once by call id, and parallelism;
+`call_key` is the identity the run loop's repeat rule uses (`parley.tools.repeat`).
 """
 
 from parley.tools.arguments import parse_arguments
@@ -17,6 +18,7 @@ from parley.tools.errors import (
 from parley.tools.executor import ToolExecutor
 from parley.tools.policy import ApprovalPredicate, approval_required
 from parley.tools.python_tool import python_tool
+from parley.tools.repeat import RepeatMode, call_key, canonical_arguments
 from parley.tools.tool import Tool, tool
 from parley.tools.types import CommandArgument, RelativePath
 from parley.tools.validation import validate_arguments
@@ -26,6 +28,7 @@ __all__ = [
     "CommandArgument",
     "Docstring",
     "RelativePath",
+    "RepeatMode",
     "RetryableToolError",
     "Tool",
     "ToolArgumentError",
@@ -34,6 +37,8 @@ __all__ = [
     "ToolError",
     "ToolExecutor",
     "approval_required",
+    "call_key",
+    "canonical_arguments",
     "parse_arguments",
     "parse_docstring",
     "python_tool",

@@ -33,6 +33,7 @@ from parley.tools.context import ToolContext
 from parley.tools.docstrings import parse_docstring
 from parley.tools.errors import ToolDefinitionError, ToolError
 from parley.tools.policy import NeedsApproval, approval_required, check_approval_option
+from parley.tools.repeat import RepeatMode, check_repeat_option
 from parley.tools.schema import ArgumentModel, build_argument_model, hint_target
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
@@ -96,8 +97,11 @@ class Tool:
     Options: `needs_approval` (bool or predicate on the validated arguments, failing closed),
     `deferred` (the caller executes it; the executor never does), `timeout_s` (per attempt; `None`
     uses the executor's default), `retries` (extra attempts on retryable errors, idempotent tools only),
-    `idempotent`, `max_argument_bytes`/`max_argument_depth` (argument JSON limits), `max_result_chars`
-    (result cap; `None` uses the executor's default), `strict` (forwarded to `ToolSpec.strict`).
+    `idempotent`, `on_repeat` (a second call with the same arguments in one run: ``"reuse"`` the recorded
+    result without running or asking again, ``"allow"`` it, or answer it with an ``"error"``; the default is
+    ``"allow"`` for idempotent tools and ``"reuse"`` for the rest, see `parley.tools.repeat`),
+    `max_argument_bytes`/`max_argument_depth` (argument JSON limits), `max_result_chars` (result cap;
+    `None` uses the executor's default), `strict` (forwarded to `ToolSpec.strict`).
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class Tool:
         timeout_s: float | None = None,
         retries: int = 0,
         idempotent: bool = False,
+        on_repeat: RepeatMode | None = None,
         max_argument_bytes: int = DEFAULT_MAX_BYTES,
         max_argument_depth: int = DEFAULT_MAX_DEPTH,
         max_result_chars: int | None = None,
@@ -149,6 +154,7 @@ class Tool:
         self.timeout_s = timeout_s
         self.retries = retries
         self.idempotent = bool(idempotent)
+        self.on_repeat: RepeatMode = check_repeat_option(on_repeat, idempotent=self.idempotent, tool=tool_name)
         self.max_argument_bytes = max_argument_bytes
         self.max_argument_depth = max_argument_depth
         self.max_result_chars = max_result_chars
@@ -223,6 +229,7 @@ def tool(
     timeout_s: float | None = None,
     retries: int = 0,
     idempotent: bool = False,
+    on_repeat: RepeatMode | None = None,
     max_argument_bytes: int = DEFAULT_MAX_BYTES,
     max_argument_depth: int = DEFAULT_MAX_DEPTH,
     max_result_chars: int | None = None,

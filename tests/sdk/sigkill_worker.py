@@ -57,7 +57,8 @@ def main() -> None:
             return "all effects done"
         return ScriptedTurn(tool_calls=[call("effect", {"n": i}, id=f"t{turn}c{i}") for i in range(CALLS)])
 
-    agent = Agent(FunctionBackend(model), tools=[effect], max_turns=TURNS + 1)
+    # TURNS rounds of tool calls by design: no round limit (the default would turn tools off after 3)
+    agent = Agent(FunctionBackend(model), tools=[effect], max_turns=TURNS + 1, max_tool_rounds=None)
 
     async def run() -> None:
         state = RunState.load(state_path) if state_path.exists() else None

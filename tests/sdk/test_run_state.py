@@ -113,3 +113,26 @@ def test_compatibility_policy_is_written_down() -> None:
 
     doc = module.__doc__ or ""
     assert "Compatibility policy" in doc and "newer" in doc and "tests/fixtures/run_state" in doc
+
+
+def test_1_0_states_load_as_the_current_version_with_an_empty_repeat_record() -> None:
+    old = FIXTURES / "1.0" / "resume_pending_approval.json"
+    assert json.loads(old.read_text())["schema_version"] == "1.0"
+    state = RunState.from_json(old.read_text())
+    assert state.schema_version == SCHEMA_VERSION == "1.1"
+    assert state.call_log == {} and state.repeats == [] and state.tool_rounds == 0
+    assert json.loads(state.to_json())["schema_version"] == "1.1"
+
+
+async def test_the_repeat_record_survives_the_fixture_and_answers_a_repeat() -> None:
+    executed.clear()
+    state = RunState.from_json((FIXTURES / "1.1" / "resume_pending_approval_after_a_repeat.json").read_text())
+    assert [r.original_call_id for r in state.repeats] == ["call_lookup"] and len(state.call_log) == 1
+    state.approve("call_email")
+    from parley.backends import ScriptedTurn
+    from parley.backends.scripted import call
+
+    backend = ScriptedBackend([ScriptedTurn(tool_calls=[call("lookup", '{ "city": "Oslo" }', id="third")]), "Done."])
+    result = await Agent(backend, tools=[lookup, send_email, ask_manager]).run(state=state)
+    assert result.output == "Done." and executed == ["call_email"]  # lookup(Oslo) was not run a second time
+    assert [r.call_id for r in result.repeats] == ["call_lookup_again", "third"]
