@@ -6,7 +6,8 @@ become `//` lines above a property; optional properties get `?`; a string enum b
 literals; a default is a trailing `// default: …` (strings quoted unless the schema is an enum);
 `nullable` appends `| null`; `oneOf` becomes a multi-line ` | variant // comment` list; a `type`
 list becomes a union. Beyond the reference (no test vector covers these): `anyOf` renders like a
-one-line union, and a tool whose parameters are an object without properties renders `() => any`.
+one-line union. A tool with no parameters at all (an empty schema, `{}`) renders `() => any`; one whose
+parameters are an object without properties renders `(_: {\n}) => any`, as OpenAI's renderer does.
 """
 
 from __future__ import annotations
@@ -141,9 +142,8 @@ def schema_to_typescript(schema: Any, indent: str = "") -> str:
 
 
 def _takes_no_arguments(parameters: dict[str, Any]) -> bool:
-    if not parameters:
-        return True
-    return parameters.get("type") == "object" and not parameters.get("properties") and "description" not in parameters
+    """Only a tool without a parameters schema: `{"type": "object", "properties": {}}` is still an argument."""
+    return not parameters
 
 
 def render_tool(tool: ToolSpec) -> list[str]:

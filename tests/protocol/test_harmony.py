@@ -335,3 +335,15 @@ def test_harmony_messages_convert_to_the_envelope_with_calls_and_results_paired(
     assert result.tool_results[0].call_id == call.tool_calls[0].id == "call_0"
     with pytest.raises(OrphanToolResultError):
         harmony.to_envelope_messages(messages[2:])
+
+
+def test_an_object_without_properties_is_still_an_argument_and_no_schema_is_none() -> None:
+    from parley.protocol import Conversation, Message, ToolSpec
+
+    empty_object = ToolSpec(name="ping", description="Ping.", parameters={"type": "object", "properties": {}})
+    no_schema = ToolSpec(name="now", description="Now.", parameters={})
+    text = harmony.render_conversation_for_completion(
+        Conversation(messages=[Message.user("hi")]), tools=[empty_object, no_schema]
+    ).text
+    assert "type ping = (_: {\n}) => any;" in text  # OpenAI's renderer
+    assert "type now = () => any;" in text

@@ -62,8 +62,8 @@ def expected_text(name: str) -> str:
 
 
 def _tool(tool: dict[str, Any]) -> ToolSpec:
-    if tool["parameters"] is None:
-        return ToolSpec(name=tool["name"], description=tool["description"])
+    if tool["parameters"] is None:  # no parameters at all: an empty schema (not an object without properties)
+        return ToolSpec(name=tool["name"], description=tool["description"], parameters={})
     return ToolSpec(name=tool["name"], description=tool["description"], parameters=tool["parameters"])
 
 
