@@ -27,9 +27,10 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
     │   ├── OverloadedError             529/503
     │   ├── ServerError                 other 5xx
     │   ├── APIConnectionError          no HTTP answer
-    │   └── StreamError                 the stream broke after it started
-    │       ├── StreamInterruptedError
-    │       └── MalformedStreamError
+    │   ├── StreamError                 the stream broke after it started
+    │   │   ├── StreamInterruptedError
+    │   │   └── MalformedStreamError
+    │   └── AllBackendsFailed           every backend of a FallbackBackend failed (errors: each one's)
     ├── ServeError                      parley.server.errors
     │   └── ApiError                    an HTTP error in the endpoint's documented shape
     ├── ProtocolError                   parley.protocol.errors
@@ -129,6 +130,7 @@ from parley.tools.errors import RetryableToolError, ToolArgumentError, ToolDefin
 
 if typing.TYPE_CHECKING:
     from parley.backends.errors import (
+        AllBackendsFailed,
         APIConnectionError,
         AuthenticationError,
         BadRequestError,
@@ -213,6 +215,7 @@ class ScriptMismatchError(ScriptError):
 # Defined in modules that import this one (or pull in heavy dependencies): resolved on first use.
 _LAZY = {
     "APIConnectionError": "parley.backends.errors",
+    "AllBackendsFailed": "parley.backends.errors",
     "ApiError": "parley.server.errors",
     "AuthenticationError": "parley.backends.errors",
     "BadRequestError": "parley.backends.errors",
@@ -240,6 +243,7 @@ __all__ = [
     "APIConnectionError",
     "AdmissionError",
     "AgentError",
+    "AllBackendsFailed",
     "ApiError",
     "ApprovalArgumentsError",
     "ArtifactError",

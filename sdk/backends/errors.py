@@ -7,9 +7,10 @@
     ├── OverloadedError          529 (Anthropic), 503
     ├── ServerError              other 5xx
     ├── APIConnectionError       no HTTP answer (refused, timeout); status_code None
-    └── StreamError              the stream broke after it started
-        ├── StreamInterruptedError   connection cut mid-way (usage lost)
-        └── MalformedStreamError     an event that is not valid JSON / not the provider's shape
+    ├── StreamError              the stream broke after it started
+    │   ├── StreamInterruptedError   connection cut mid-way (usage lost)
+    │   └── MalformedStreamError     an event that is not valid JSON / not the provider's shape
+    └── AllBackendsFailed        every backend of a `FallbackBackend` failed; `errors` holds each one's
 
 `ReasoningSettingError` (a `ConfigurationError`) says which reasoning setting a model rejects;
 `LocalRequestError` (also one) which field of a request the local engine cannot run as asked.
@@ -93,6 +94,29 @@ class StreamInterruptedError(StreamError):
 
 class MalformedStreamError(StreamError):
     """A streamed event could not be understood."""
+
+
+class AllBackendsFailed(ModelAPIError):
+    """Every backend of a `FallbackBackend` failed with an error it may fall through on.
+
+    `errors` lists ``(backend name, exception)`` in the order tried; the last one is also the
+    ``__cause__``. `retryable` is true only when every failure was retryable (the same request may
+    succeed later), `retry_after` is the shortest wait any of them asked for, and `status_code` is
+    the last failure's.
+    """
+
+    def __init__(self, message: str, *, errors: list[tuple[str, BaseException]]) -> None:
+        api_errors = [exc for _, exc in errors if isinstance(exc, ModelAPIError)]
+        waits = [exc.retry_after for exc in api_errors if exc.retry_after is not None]
+        last = errors[-1][1] if errors else None
+        super().__init__(
+            message,
+            status_code=last.status_code if isinstance(last, ModelAPIError) else None,
+            retryable=bool(errors) and len(api_errors) == len(errors) and all(e.retryable for e in api_errors),
+            retry_after=min(waits) if waits else None,
+            provider="fallback",
+        )
+        self.errors = list(errors)
 
 
 class ReasoningSettingError(ConfigurationError):
