@@ -15,6 +15,7 @@ from parley.backends.base import (
     SamplingSettings,
     ToolChoice,
 )
+from parley.backends.fallback import FallbackBackend
 from parley.backends.local import LocalBackend
 from parley.backends.scripted import FunctionBackend, ScriptedBackend, ScriptedTurn
 
@@ -22,6 +23,7 @@ __all__ = [
     "AnthropicBackend",
     "Backend",
     "BackendCapabilities",
+    "FallbackBackend",
     "FunctionBackend",
     "LocalBackend",
     "ModelRequest",
