@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from parley import Agent, Reasoning, tool
 from parley.backends import ModelRequest, NamedToolChoice, SamplingSettings
 from parley.protocol import Conversation, Message
+from parley.run_state import SCHEMA_VERSION
 
 pytestmark = pytest.mark.model
 
@@ -104,7 +105,7 @@ def test_parley_demo_runs_end_to_end(backend, tmp_path: Path, capsys: pytest.Cap
     assert "PAUSED: send_report" in out and "approved" in out
     assert "final answer (WeatherReport)" in out
     state = json.loads((tmp_path / "state.json").read_text())
-    assert state["schema_version"] == "1.0"
+    assert state["schema_version"] == SCHEMA_VERSION
     assert (tmp_path / "outbox.txt").read_text().startswith("to=")
     ledger = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert len(ledger) >= 3
