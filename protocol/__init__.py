@@ -1,10 +1,15 @@
 """`parley.protocol`: envelopes, streaming events and codecs. Imports nothing else of parley."""
 
+from parley.protocol.blobs import BlobStore, FolderBlobStore, MemoryBlobStore
 from parley.protocol.chat_template import ChatTemplateCodec
 from parley.protocol.envelope import (
+    Attachment,
     CacheMark,
     Channel,
     Conversation,
+    DocumentPart,
+    ImagePart,
+    MediaPart,
     Message,
     Part,
     ReasoningPart,
@@ -14,12 +19,15 @@ from parley.protocol.envelope import (
     ToolResult,
 )
 from parley.protocol.errors import (
+    BlobIntegrityError,
     DecodeError,
     InvalidArgumentsError,
+    MissingBlobError,
     OrphanToolResultError,
     ParseError,
     ProtocolError,
     UnknownRoleError,
+    UnsupportedPartError,
 )
 from parley.protocol.events import (
     ErrorEvent,
@@ -36,16 +44,25 @@ from parley.protocol.tool_spec import ToolSpec
 from parley.protocol.usage import Usage
 
 __all__ = [
+    "Attachment",
+    "BlobIntegrityError",
+    "BlobStore",
     "CacheMark",
     "Channel",
     "ChatTemplateCodec",
     "Conversation",
     "DecodeError",
+    "DocumentPart",
     "ErrorEvent",
     "Event",
+    "FolderBlobStore",
+    "ImagePart",
     "InvalidArgumentsError",
+    "MediaPart",
+    "MemoryBlobStore",
     "Message",
     "MessageEnd",
+    "MissingBlobError",
     "OrphanToolResultError",
     "ParseError",
     "Part",
@@ -62,6 +79,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "UnknownRoleError",
+    "UnsupportedPartError",
     "Usage",
     "UsageEvent",
 ]

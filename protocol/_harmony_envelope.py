@@ -10,7 +10,8 @@ Mapping: reasoning <-> an `analysis` message; text <-> a message on the envelope
 `to=functions.x <|constrain|>json` on `commentary` (a dotted name such as `browser.search` is used as
 the recipient as is, on `analysis`, as built-in tools are); tool results <-> role `tool`, author
 `functions.x`, `to=assistant`, channel `commentary`. Envelope system/developer text at the start
-becomes the developer message's `# Instructions`, together with the function tools.
+becomes the developer message's `# Instructions`, together with the function tools. Harmony models
+read text only: an image or document part is refused with `UnsupportedPartError` naming it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from parley.protocol._harmony_types import (
     SystemContent,
     ToolNamespace,
 )
-from parley.protocol.envelope import Message, Part, ReasoningPart, Role, TextPart, ToolCall, ToolResult
+from parley.protocol.envelope import Message, Part, ReasoningPart, Role, TextPart, ToolCall, ToolResult, refuse_media
 from parley.protocol.errors import InvalidArgumentsError, OrphanToolResultError, ProtocolError, UnknownRoleError
 from parley.protocol.tool_spec import ToolSpec
 
@@ -114,6 +115,9 @@ def envelope_to_harmony(
 ) -> list[HarmonyMessage]:
     """Envelope messages (HarmonyMessages pass through) as the Harmony messages to render."""
     items = list(messages)
+    for index, item in enumerate(items):  # gpt-oss reads text only: `UnsupportedPartError` naming the part
+        if isinstance(item, Message):
+            refuse_media([item], start=index)
     out: list[HarmonyMessage] = []
     if system is not None and not (items and isinstance(items[0], HarmonyMessage) and items[0].role == "system"):
         out.append(HarmonyMessage(role="system", content=system))

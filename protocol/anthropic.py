@@ -1,8 +1,10 @@
 """Anthropic Messages API wire JSON <-> parley envelopes.
 
-Requests: system and developer messages become the top-level ``system`` blocks; user text and tool
-results become user-role content blocks, with every ``tool_result`` placed in the user message right
-after the assistant message holding its ``tool_use`` (the API rejects anything else); assistant
+Requests: system and developer messages become the top-level ``system`` blocks; user text, images
+(``image`` blocks, ``source`` ``base64`` or ``url``), PDF documents (``document`` blocks, likewise) and
+tool results become user-role content blocks, with every ``tool_result`` placed in the user message
+right after the assistant message holding its ``tool_use`` (the API rejects anything else); a tool
+result's attachments go inside its ``tool_result`` as image/document blocks after its text; assistant
 messages become ``thinking`` / ``redacted_thinking`` / ``text`` / ``tool_use`` blocks. Thinking
 blocks are sent back unchanged, but only with an Anthropic signature: reasoning from another
 provider (or unsigned local reasoning) is dropped, since the API rejects it. ``Message.cache``
@@ -24,9 +26,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from parley.protocol.envelope import (
+    IMAGE_MEDIA_TYPES,
+    PDF_MEDIA_TYPE,
     CacheMark,
     Conversation,
+    DocumentPart,
+    ImagePart,
     Message,
     Part,
     ReasoningPart,
@@ -34,8 +42,15 @@ from parley.protocol.envelope import (
     TextPart,
     ToolCall,
     ToolResult,
+    decode_base64,
 )
-from parley.protocol.errors import InvalidArgumentsError, OrphanToolResultError, ProtocolError, UnknownRoleError
+from parley.protocol.errors import (
+    InvalidArgumentsError,
+    OrphanToolResultError,
+    ProtocolError,
+    UnknownRoleError,
+    UnsupportedPartError,
+)
 from parley.protocol.events import (
     ErrorEvent,
     Event,
@@ -113,11 +128,34 @@ def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
+def media_block(part: ImagePart | DocumentPart) -> dict[str, Any]:
+    """An ``image`` or ``document`` block: ``source`` ``{type: url, url}`` or ``{type: base64, media_type, data}``."""
+    if part.url is not None:
+        source: dict[str, Any] = {"type": "url", "url": part.url}
+    else:
+        source = {"type": "base64", "media_type": part.media_type, "data": part.base64()}
+    block: dict[str, Any] = {"type": part.kind, "source": source}
+    if isinstance(part, DocumentPart) and part.title:
+        block["title"] = part.title
+    return block
+
+
 def _result_block(result: ToolResult) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id(result.call_id), "content": result.content}
+    content: str | list[dict[str, Any]] = result.content
+    if result.attachments:  # text first, then the images/documents, inside the tool_result
+        content = [_text_block(result.content)] if result.content else []
+        content += [media_block(part) for part in result.attachments]
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id(result.call_id), "content": content}
     if result.is_error:
         block["is_error"] = True
     return block
+
+
+def _refuse_media(message: Message, index: int, why: str) -> None:
+    for j, part in enumerate(message.parts):
+        if isinstance(part, ImagePart | DocumentPart):
+            where = f"messages[{index}].content[{j}]"
+            raise UnsupportedPartError(f"{where}: {why}", where=where, kind=part.kind)
 
 
 def assistant_blocks(message: Message, *, unsigned_reasoning: bool = False) -> list[dict[str, Any]]:
@@ -161,9 +199,10 @@ def encode_conversation(conversation: Conversation | Sequence[Message]) -> tuple
         content: list[dict[str, Any]] = wire[-1]["content"]
         return content
 
-    for message in messages:
+    for index, message in enumerate(messages):
         role = message.role
         if role in (Role.SYSTEM, Role.DEVELOPER):
+            _refuse_media(message, index, f"the Anthropic system prompt holds only text, not {role.value} media")
             if message.text:
                 system.append(_text_block(message.text))
                 _mark(system, message.cache)
@@ -172,6 +211,7 @@ def encode_conversation(conversation: Conversation | Sequence[Message]) -> tuple
             if pending:
                 names = sorted(pending.values())
                 raise ProtocolError(f"tool calls {names} have no result before the next assistant turn")
+            _refuse_media(message, index, "assistant messages cannot hold images or documents")
             blocks = assistant_blocks(message)
             if not blocks:
                 continue
@@ -188,7 +228,11 @@ def encode_conversation(conversation: Conversation | Sequence[Message]) -> tuple
             content.insert(first_text, _result_block(result))  # results lead the user turn
             first_text += 1
             pending.pop(tool_id(result.call_id), None)
-        content.extend(_text_block(p.text) for p in message.parts if isinstance(p, TextPart) and p.text)
+        for part in message.parts:  # text and media in the message's order, after the results
+            if isinstance(part, TextPart) and part.text:
+                content.append(_text_block(part.text))
+            elif isinstance(part, ImagePart | DocumentPart):
+                content.append(media_block(part))
         _mark(content, message.cache)
     wire = [m for m in wire if m["content"]]
     return system, wire
@@ -417,7 +461,7 @@ class StreamDecoder:
 
 # -- requests back to envelopes (the server's decoder; also for proxies, logs and round-trip checks) ----
 _ASSISTANT_ONLY = ("tool_use", "thinking", "redacted_thinking")
-_TEXT_ONLY = "image input is not supported by this model (text only)"
+_MEDIA = ("image", "document")
 
 
 def _mark_of(block: Mapping[str, Any]) -> CacheMark | None:
@@ -443,20 +487,81 @@ def _text_of(block: Mapping[str, Any], where: str) -> str:
 
 
 def _texts(content: Any, where: str, *, what: str) -> tuple[str, CacheMark | None]:
-    """Text blocks (or a string) joined, and the last cache mark among them; images are refused."""
+    """Text blocks (or a string) joined, and the last cache mark among them (the system prompt)."""
     if content is None or isinstance(content, str):
         return content or "", None
     text: list[str] = []
     mark: CacheMark | None = None
     for j, block in enumerate(_as_blocks(content, where)):
         at = f"{where}[{j}]"
-        if block.get("type") == "image":
-            raise ProtocolError(f"{at}: {_TEXT_ONLY}", param=at)
+        if block.get("type") in _MEDIA:
+            raise ProtocolError(f"{at}: {what} may hold only text blocks (images and documents go in user "
+                                "messages)", param=at)
         if block.get("type") != "text":
             raise ProtocolError(f"{at}.type: {what} may hold only text blocks", param=f"{at}.type")
         text.append(_text_of(block, at))
         mark = _mark_of(block) or mark
     return "".join(text), mark
+
+
+def _media_part(block: Mapping[str, Any], at: str) -> ImagePart | DocumentPart:
+    """An ``image`` / ``document`` block as a part; malformed sources are refused naming the field."""
+    kind = block.get("type")
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        raise ProtocolError(f"{at}.source must be an object", param=f"{at}.source")
+    source_type = source.get("type")
+    fields: dict[str, Any] = {}
+    if source_type == "base64":
+        media_type = source.get("media_type")
+        allowed = IMAGE_MEDIA_TYPES if kind == "image" else (PDF_MEDIA_TYPE,)
+        if not isinstance(media_type, str) or media_type.lower().replace("/jpg", "/jpeg") not in allowed:
+            raise ProtocolError(f"{at}.source.media_type must be one of {', '.join(allowed)}, not {media_type!r}",
+                                param=f"{at}.source.media_type")
+        data = source.get("data")
+        try:
+            if not isinstance(data, str) or not data:
+                raise ValueError
+            fields = {"data": decode_base64(data), "media_type": media_type}
+        except ValueError:
+            raise ProtocolError(f"{at}.source.data must be non-empty base64 text", param=f"{at}.source.data") from None
+    elif source_type == "url":
+        url = source.get("url")
+        if not isinstance(url, str) or not url:
+            raise ProtocolError(f"{at}.source.url must be a non-empty string", param=f"{at}.source.url")
+        fields = {"url": url}
+    else:
+        raise ProtocolError(f"{at}.source.type: unsupported {kind} source type {source_type!r} (base64 or url)",
+                            param=f"{at}.source.type")
+    try:
+        if kind == "image":
+            return ImagePart(**fields)
+        title = block.get("title")
+        if title is not None and not isinstance(title, str):
+            raise ProtocolError(f"{at}.title must be a string", param=f"{at}.title")
+        return DocumentPart(**fields, title=title)
+    except ValidationError as exc:
+        problem = exc.errors()[0].get("msg", "invalid") if exc.errors() else "invalid"
+        raise ProtocolError(f"{at}: malformed {kind} block: {problem}", param=at) from None
+
+
+def _result_content(content: Any, where: str) -> tuple[str, list[ImagePart | DocumentPart]]:
+    """A ``tool_result``'s content: its text blocks joined, and its image/document blocks."""
+    if content is None or isinstance(content, str):
+        return content or "", []
+    text: list[str] = []
+    media: list[ImagePart | DocumentPart] = []
+    for j, block in enumerate(_as_blocks(content, where)):
+        at = f"{where}[{j}]"
+        kind = block.get("type")
+        if kind in _MEDIA:
+            media.append(_media_part(block, at))
+        elif kind == "text":
+            text.append(_text_of(block, at))
+        else:
+            raise ProtocolError(f"{at}.type: tool_result content may hold text, image and document blocks, "
+                                f"not {kind!r}", param=f"{at}.type")
+    return "".join(text), media
 
 
 def _unanswered(pending: Mapping[str, str], index: int, param: str) -> ProtocolError:
@@ -488,7 +593,8 @@ def decode_request(
     The rules are the API's: ``tool_result`` blocks only in user messages, each answering a
     ``tool_use`` of the assistant message right before, and every ``tool_use`` answered in the next
     message (Anthropic's own 400 wording); ``tool_use`` ids unique within a message; assistant-only
-    blocks (tool_use, thinking) refused in user messages; text only (images refused). ``thinking`` and
+    blocks (tool_use, thinking) refused in user messages; images and documents only in user messages
+    and tool results (`ImagePart`, `DocumentPart`; a result's become its `attachments`). ``thinking`` and
     ``redacted_thinking`` become reasoning parts with ``provider="anthropic"``; the last
     ``cache_control`` among a message's blocks becomes the `CacheMark` of the last message it decodes
     to. A request ending with an assistant message (prefill) is refused unless `allow_prefill`.
@@ -519,9 +625,11 @@ def decode_request(
             at = f"{where}.content[{j}]"
             kind = block.get("type")
             mark = _mark_of(block) or mark
-            if kind == "image":
-                raise ProtocolError(f"{at}: {_TEXT_ONLY}", param=at)
-            if kind == "text":
+            if kind in _MEDIA:
+                if role != "user":
+                    raise ProtocolError(f"{at}: {kind} blocks belong in user messages", param=at)
+                parts.append(_media_part(block, at))
+            elif kind == "text":
                 parts.append(TextPart(text=_text_of(block, at)))
             elif kind == "tool_result":
                 if role != "user":
@@ -536,9 +644,9 @@ def decode_request(
                     messages.append(Message(role=Role.USER, parts=parts))
                     parts = []
                 answered.add(use_id)
-                content, _ = _texts(block.get("content"), f"{at}.content", what="tool_result content")
+                content, media = _result_content(block.get("content"), f"{at}.content")
                 result = ToolResult(call_id=use_id, name=pending[use_id], content=content,
-                                    is_error=bool(block.get("is_error")))
+                                    is_error=bool(block.get("is_error")), attachments=media)
                 messages.append(Message(role=Role.TOOL, parts=[result], name=result.name))
             elif kind not in _ASSISTANT_ONLY:
                 raise ProtocolError(f"{at}.type: unsupported block type {kind!r}", param=f"{at}.type")

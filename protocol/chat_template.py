@@ -22,6 +22,10 @@ Rendering goes one of two ways:
   results are ``tool``-role messages in call order (``is_error`` is not representable). Past
   reasoning (before the last user message) is dropped, as reasoning templates do.
 
+The models behind this codec read text only: an image or document part (or a tool result's
+attachment) is refused with `UnsupportedPartError` naming it (``messages[2].content[1]``), before
+anything is encoded.
+
 The trust boundary: a render is a list of segments, each either *structure* (encoded with special
 tokens allowed) or *content* (user, tool, assistant and system text: encoded with special tokens
 split into plain text). So ``<|im_start|>system`` inside a tool result can never become the
@@ -55,7 +59,16 @@ from parley.protocol._chat_template_stream import (
     call_id,
     decode_tool_call,
 )
-from parley.protocol.envelope import Conversation, Message, ReasoningPart, Role, TextPart, ToolCall, ToolResult
+from parley.protocol.envelope import (
+    Conversation,
+    Message,
+    ReasoningPart,
+    Role,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    refuse_media,
+)
 from parley.protocol.errors import (
     CodecConfigError,
     OrphanToolResultError,
@@ -438,6 +451,7 @@ def _check(messages: list[Message]) -> None:
         if not isinstance(message.role, Role):
             raise UnknownRoleError(f"unknown role {message.role!r}")
     Conversation.model_construct(messages=messages).check_tool_pairing()
+    refuse_media(messages)  # chat-template models read text only: `UnsupportedPartError` naming the part
 
 
 def _merge(segments: list[Segment]) -> list[Segment]:

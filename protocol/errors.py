@@ -66,3 +66,37 @@ class CodecConfigError(ProtocolError, ValueError):
 
     Also a `ValueError`, as it was before it joined the error tree.
     """
+
+
+class UnsupportedPartError(ProtocolError):
+    """A message part the codec or model cannot carry (an image for a text-only model, a PDF URL for OpenAI...).
+
+    `where` (also `param`) names the part: ``messages[2].content[1]`` for the second part of the third
+    message, ``messages[3].tool_results[0].attachments[0]`` for an image a tool returned. Message
+    indexes count the conversation's messages, as the codec got them. `kind` is the part's kind.
+    """
+
+    def __init__(self, message: str, *, where: str, kind: str) -> None:
+        super().__init__(message, param=where)
+        self.where = where
+        self.kind = kind
+
+
+class MissingBlobError(ProtocolError):
+    """Serialised content refers to bytes by hash that are not at hand: no blob store given, or not in it.
+
+    `sha256` is the hash of the missing bytes.
+    """
+
+    def __init__(self, message: str, *, sha256: str) -> None:
+        super().__init__(message)
+        self.sha256 = sha256
+
+
+class BlobIntegrityError(ProtocolError):
+    """Bytes do not match the sha256 recorded for them (a corrupt blob store or an edited state)."""
+
+    def __init__(self, message: str, *, expected: str, actual: str) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual

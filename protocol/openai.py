@@ -4,7 +4,12 @@ Requests: system (and developer, as ``developer`` or ``system``) messages keep t
 assistant message is one ``{"role": "assistant", "content", "tool_calls"}`` with arguments as JSON
 *strings*; every tool result is its own ``{"role": "tool", "tool_call_id", "content"}`` message.
 Reasoning is not sent back (Chat Completions has no field for it). Tool ids are limited to 40
-characters and rewritten deterministically when longer.
+characters and rewritten deterministically when longer. A user message with images or documents
+has a content list: ``text`` parts, ``image_url`` parts (the http(s) URL, or a ``data:`` URL of the
+bytes) and ``file`` parts (``file_data``: a ``data:application/pdf;base64,...`` URL, ``filename``:
+the title); a PDF known only by URL cannot be sent (`UnsupportedPartError`). Tool messages carry
+text only, so a tool result's attachments follow the batch's tool messages as one user message
+(``Attached to the result of <tool> (call <id>):`` then the media), before the next assistant turn.
 
 Responses and streamed chunks (`StreamDecoder`, which assembles tool-call deltas by ``index``:
 id and name arrive only in the first chunk of each call) come back as assistant messages; the
@@ -23,8 +28,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from parley.protocol.envelope import Conversation, Message, Part, ReasoningPart, Role, TextPart, ToolCall, ToolResult
-from parley.protocol.errors import InvalidArgumentsError, OrphanToolResultError, ProtocolError, UnknownRoleError
+from pydantic import ValidationError
+
+from parley.protocol.envelope import (
+    Conversation,
+    DocumentPart,
+    ImagePart,
+    Message,
+    Part,
+    ReasoningPart,
+    Role,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+from parley.protocol.errors import (
+    InvalidArgumentsError,
+    OrphanToolResultError,
+    ProtocolError,
+    UnknownRoleError,
+    UnsupportedPartError,
+)
 from parley.protocol.events import (
     ErrorEvent,
     Event,
@@ -76,8 +100,19 @@ def encode_conversation(
     messages = list(conversation)
     Conversation.model_construct(messages=messages).check_tool_pairing()
     wire: list[dict[str, Any]] = []
-    for message in messages:
+    held: list[dict[str, Any]] = []  # tool results' media, sent as a user message after the tool messages
+
+    def flush() -> None:
+        if held:
+            wire.append({"role": "user", "content": list(held)})
+            held.clear()
+
+    for index, message in enumerate(messages):
         role = message.role
+        if role is not Role.TOOL and not (role is Role.USER and message.tool_results):
+            flush()
+        if role in (Role.SYSTEM, Role.DEVELOPER, Role.ASSISTANT):
+            _refuse_media(message, index, f"{role.value} messages carry text only in Chat Completions")
         if role in (Role.SYSTEM, Role.DEVELOPER):
             wire_role = "developer" if role is Role.DEVELOPER and developer_role else "system"
             wire.append(_named({"role": wire_role, "content": message.text}, message))
@@ -93,14 +128,50 @@ def encode_conversation(
                 continue  # reasoning-only turn: nothing Chat Completions can carry
             wire.append(_named(entry, message))
         elif role in (Role.USER, Role.TOOL):
-            for result in (p for p in message.parts if isinstance(p, ToolResult)):
+            results = [p for p in message.parts if isinstance(p, ToolResult)]
+            for k, result in enumerate(results):
                 wire.append({"role": "tool", "tool_call_id": tool_id(result.call_id), "content": result.content})
+                if result.attachments:
+                    note = f"Attached to the result of {result.name} (call {tool_id(result.call_id)}):"
+                    held.append({"type": "text", "text": note})
+                    for m, part in enumerate(result.attachments):
+                        held.append(media_part(part, f"messages[{index}].tool_results[{k}].attachments[{m}]"))
+            if message.media:
+                flush()
+                content = [
+                    {"type": "text", "text": p.text} if isinstance(p, TextPart) else media_part(p, f"messages[{index}]"
+                                                                                             f".content[{j}]")
+                    for j, p in enumerate(message.parts) if isinstance(p, TextPart | ImagePart | DocumentPart)
+                ]
+                wire.append(_named({"role": "user", "content": content}, message))
+                continue
             texts = [p.text for p in message.parts if isinstance(p, TextPart)]
             if texts or (role is Role.USER and not message.tool_results):
+                flush()
                 wire.append(_named({"role": "user", "content": "".join(texts)}, message))
         else:
             raise ProtocolError(f"role {role!r} has no Chat Completions equivalent")
+    flush()
     return wire
+
+
+def media_part(part: ImagePart | DocumentPart, where: str = "part") -> dict[str, Any]:
+    """An ``image_url`` part (URL or data URL) or a ``file`` part (a PDF's bytes as ``file_data``)."""
+    if isinstance(part, ImagePart):
+        return {"type": "image_url", "image_url": {"url": part.data_url()}}
+    if part.data is None:
+        raise UnsupportedPartError(
+            f"{where}: Chat Completions takes a PDF as bytes (file_data), not as a URL: fetch it and pass its bytes",
+            where=where, kind=part.kind,
+        )
+    return {"type": "file", "file": {"file_data": part.data_url(), "filename": part.title or "document.pdf"}}
+
+
+def _refuse_media(message: Message, index: int, why: str) -> None:
+    for j, part in enumerate(message.parts):
+        if isinstance(part, ImagePart | DocumentPart):
+            where = f"messages[{index}].content[{j}]"
+            raise UnsupportedPartError(f"{where}: {why}", where=where, kind=part.kind)
 
 
 def _named(entry: dict[str, Any], message: Message) -> dict[str, Any]:
@@ -391,7 +462,7 @@ def _name(entry: Mapping[str, Any], where: str) -> str | None:
 def _content_text(content: Any, where: str, *, assistant: bool = False) -> str:
     """``content`` as text: a string, null, or a list of text (and, for the assistant, refusal) parts.
 
-    Image parts are refused by name: parley's messages carry text only.
+    Image and file parts are refused by name: only user messages carry them.
     """
     if content is None or isinstance(content, str):
         return content or ""
@@ -402,8 +473,8 @@ def _content_text(content: Any, where: str, *, assistant: bool = False) -> str:
     for j, part in enumerate(content):
         at = f"{where}[{j}]"
         kind = part.get("type") if isinstance(part, Mapping) else None
-        if kind == "image_url":
-            raise ProtocolError(f"{at}: image input is not supported by this model (text only)", param=at)
+        if kind in _MEDIA_KINDS:
+            raise ProtocolError(f"{at}: {kind} parts belong in user messages", param=at)
         if not isinstance(part, Mapping) or kind not in kinds:
             raise ProtocolError(f"{at}.type: unsupported content part type {kind!r}", param=f"{at}.type")
         text = part.get(str(kind))
@@ -411,6 +482,74 @@ def _content_text(content: Any, where: str, *, assistant: bool = False) -> str:
             raise ProtocolError(f"{at}.{kind} must be a string", param=f"{at}.{kind}")
         pieces.append(text)
     return "".join(pieces)
+
+
+_MEDIA_KINDS = ("image_url", "file")
+
+
+def _user_parts(content: Any, where: str) -> list[Part]:
+    """A user message's content: its text (joined, as one part), or, when it holds images or files, one
+    part per wire part (so ``content[j]`` of the request is ``parts[j]`` of the message)."""
+    if not isinstance(content, list) or not any(isinstance(p, Mapping) and p.get("type") in _MEDIA_KINDS
+                                                for p in content):
+        return [TextPart(text=_content_text(content, where))]
+    parts: list[Part] = []
+    for j, part in enumerate(content):
+        at = f"{where}[{j}]"
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "image_url":
+            parts.append(_image_part(part, at))
+        elif kind == "file":
+            parts.append(_file_part(part, at))
+        elif kind == "text" and isinstance(part, Mapping):
+            parts.append(TextPart(text=_text_field(part, at)))
+        else:
+            raise ProtocolError(f"{at}.type: unsupported content part type {kind!r}", param=f"{at}.type")
+    return parts
+
+
+def _text_field(part: Mapping[str, Any], at: str) -> str:
+    text = part.get("text")
+    if not isinstance(text, str):
+        raise ProtocolError(f"{at}.text must be a string", param=f"{at}.text")
+    return text
+
+
+def _media_error(exc: ValidationError, at: str, what: str) -> ProtocolError:
+    errors = exc.errors()
+    problem = str(errors[0].get("msg", "invalid")) if errors else "invalid"
+    return ProtocolError(f"{at}: malformed {what}: {problem}", param=at)
+
+
+def _image_part(part: Mapping[str, Any], at: str) -> ImagePart:
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, Mapping) else None
+    if not isinstance(url, str) or not url:
+        raise ProtocolError(f"{at}.image_url.url must be a non-empty string", param=f"{at}.image_url.url")
+    try:
+        return ImagePart(url=url)  # a data: URL becomes bytes + media type
+    except ValidationError as exc:
+        raise _media_error(exc, f"{at}.image_url.url", "image URL") from None
+
+
+def _file_part(part: Mapping[str, Any], at: str) -> DocumentPart:
+    file = part.get("file")
+    if not isinstance(file, Mapping):
+        raise ProtocolError(f"{at}.file must be an object", param=f"{at}.file")
+    data = file.get("file_data")
+    if not isinstance(data, str) or not data:
+        if file.get("file_id") is not None:
+            raise ProtocolError(f"{at}.file.file_id: uploaded file ids cannot be resolved here; send file_data",
+                                param=f"{at}.file.file_id")
+        raise ProtocolError(f"{at}.file.file_data must be a non-empty string", param=f"{at}.file.file_data")
+    title = file.get("filename")
+    if title is not None and not isinstance(title, str):
+        raise ProtocolError(f"{at}.file.filename must be a string", param=f"{at}.file.filename")
+    source = {"url": data} if data[:5].lower() == "data:" else {"data": data}  # raw base64 is accepted too
+    try:
+        return DocumentPart.model_validate({**source, "title": title})
+    except ValidationError as exc:
+        raise _media_error(exc, f"{at}.file.file_data", "PDF file_data") from None
 
 
 def _arguments(value: Any, where: str) -> str:
@@ -455,8 +594,10 @@ def _assistant(entry: Mapping[str, Any], where: str, names: dict[str, str]) -> M
 def decode_request(body: Mapping[str, Any]) -> tuple[Conversation, list[ToolSpec]]:
     """A Chat Completions request body as a conversation and tools; the server decodes with this too.
 
-    Refused, as a `ProtocolError` whose `param` is the JSON path to blame: an unknown role
-    (`UnknownRoleError`), image or other non-text content, a tool call id used twice, tool-call
+    User ``image_url`` parts become `ImagePart`s (a ``data:`` URL becomes bytes), ``file`` parts with
+    ``file_data`` `DocumentPart`s. Refused, as a `ProtocolError` whose `param` is the JSON path to
+    blame: an unknown role (`UnknownRoleError`), images or files outside user messages, other
+    non-text content, a tool call id used twice, tool-call
     arguments that are not a JSON object encoded as a string (`InvalidArgumentsError`), and a tool
     message answering no call of an earlier assistant message (`OrphanToolResultError`).
     """
@@ -471,7 +612,10 @@ def decode_request(body: Mapping[str, Any]) -> tuple[Conversation, list[ToolSpec
             raise ProtocolError(f"{where} must be an object", param=where)
         role = entry.get("role")
         content_at = f"{where}.content"
-        if isinstance(role, str) and role in _PLAIN_ROLES:
+        if role == "user":
+            parts = _user_parts(entry.get("content"), content_at)
+            messages.append(Message(role=Role.USER, parts=parts, name=_name(entry, where)))
+        elif isinstance(role, str) and role in _PLAIN_ROLES:
             text = _content_text(entry.get("content"), content_at)
             messages.append(Message(role=_PLAIN_ROLES[role], parts=[TextPart(text=text)], name=_name(entry, where)))
         elif role == "assistant":

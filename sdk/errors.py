@@ -43,6 +43,9 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
     │   ├── UnencodableTextError        text the tokenizer cannot encode (lone surrogate...); names where
     │   ├── CodecConfigError            (also ValueError) a codec lacks a tokenizer, template or style
     │   ├── VocabularyUnavailableError  a local vocabulary file is missing (never downloaded)
+    │   ├── UnsupportedPartError        a part the codec or model cannot carry (an image, text-only model); names it
+    │   ├── MissingBlobError            media bytes stored by hash are not at hand (no blob store given); names the hash
+    │   ├── BlobIntegrityError          media bytes do not match their recorded sha256
     │   └── StrictJsonError             untrusted JSON refused (duplicate keys, NaN, too deep...)
     ├── ConstrainedError                parley.constrained.errors
     │   ├── InvalidSpecError
@@ -106,15 +109,18 @@ from parley.local_engine.errors import (
     RequestAborted,
 )
 from parley.protocol.errors import (
+    BlobIntegrityError,
     CodecConfigError,
     DecodeError,
     EncodeError,
     InvalidArgumentsError,
+    MissingBlobError,
     OrphanToolResultError,
     ParseError,
     ProtocolError,
     UnencodableTextError,
     UnknownRoleError,
+    UnsupportedPartError,
     VocabularyUnavailableError,
 )
 from parley.protocol.strict_json import StrictJsonError
@@ -250,6 +256,7 @@ __all__ = [
     "AuthenticationError",
     "BackendUnavailableError",
     "BadRequestError",
+    "BlobIntegrityError",
     "CodecConfigError",
     "CompileLimitError",
     "ConfigurationError",
@@ -267,6 +274,7 @@ __all__ = [
     "LocalRequestError",
     "MalformedStreamError",
     "MaxTurnsExceeded",
+    "MissingBlobError",
     "ModelAPIError",
     "ModelLoadError",
     "ModelNotFoundError",
@@ -303,6 +311,7 @@ __all__ = [
     "UnknownRoleError",
     "UnresolvableRefError",
     "UnsupportedDraftError",
+    "UnsupportedPartError",
     "UnsupportedSpecError",
     "UsageLimitExceeded",
     "ValidationFailed",

@@ -12,6 +12,7 @@ from parley.protocol import (
     CacheMark,
     Conversation,
     ErrorEvent,
+    ImagePart,
     Message,
     MessageEnd,
     OrphanToolResultError,
@@ -322,13 +323,17 @@ def _refusal(body: dict, error: type[ProtocolError] = ProtocolError, **options: 
     return caught.value
 
 
-def test_decoder_refuses_image_input_naming_the_block() -> None:
+def test_decoder_decodes_images_in_user_messages_and_tool_results_and_refuses_them_elsewhere() -> None:
+    # Whether a model can read images is the codec's call (tests/protocol/test_media_parts.py).
     image = {"type": "image", "source": {"type": "url", "url": "x"}}
-    error = _refusal({"messages": [{"role": "user", "content": [{"type": "text", "text": "what?"}, image]}]})
-    assert error.param == "messages[0].content[1]" and "messages[0].content[1]" in str(error)
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "what?"}, image]}]}
+    [message] = wire.decode_request(body)[0].messages
+    assert message.parts == [TextPart(text="what?"), ImagePart(url="x")]
     in_result = {**RESULT, "content": [image]}
-    error = _refusal({"messages": [USER, _calls("t1"), {"role": "user", "content": [in_result]}]})
-    assert error.param == "messages[2].content[0].content[0]"
+    decoded = wire.decode_request({"messages": [USER, _calls("t1"), {"role": "user", "content": [in_result]}]})[0]
+    assert decoded.messages[2].tool_results[0].attachments == [ImagePart(url="x")]
+    error = _refusal({"messages": [USER, {"role": "assistant", "content": [image]}]})
+    assert error.param == "messages[1].content[0]" and "messages[1].content[0]" in str(error)
 
 
 def test_decoder_refuses_unsupported_block_types_naming_the_type() -> None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from parley.protocol import (
     Conversation,
     ErrorEvent,
+    ImagePart,
     Message,
     MessageEnd,
     OrphanToolResultError,
@@ -20,6 +21,7 @@ from parley.protocol import (
     ReasoningPart,
     Role,
     TextDelta,
+    TextPart,
     ToolCall,
     ToolCallDelta,
     ToolCallEnd,
@@ -309,10 +311,14 @@ def _refusal(body: dict, error: type[ProtocolError] = ProtocolError) -> Protocol
     return caught.value
 
 
-def test_decoder_refuses_image_input_naming_the_part() -> None:
+def test_decoder_decodes_user_images_and_refuses_them_elsewhere_naming_the_part() -> None:
+    # Images are decoded (one part per wire part); whether a model can read them is the codec's call
+    # (the local chat template refuses them: tests/protocol/test_media_parts.py).
     content = [{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "x"}}]
-    error = _refusal({"messages": [{"role": "user", "content": content}]})
-    assert error.param == "messages[0].content[1]" and "text only" in str(error)
+    [message] = wire.decode_request({"messages": [{"role": "user", "content": content}]})[0].messages
+    assert message.parts == [TextPart(text="what is this?"), ImagePart(url="x")]
+    error = _refusal({"messages": [{"role": "system", "content": content}]})
+    assert error.param == "messages[0].content[1]" and "user messages" in str(error)
 
 
 def test_decoder_refuses_content_parts_it_cannot_carry() -> None:
