@@ -18,6 +18,17 @@ tenant             ``safety_identifier``          ``cache_salt``                
 ``CachePolicy.prompt_cache_key`` becomes ``prompt_cache_key``; streams ask for
 ``stream_options.include_usage`` so usage arrives in the last chunk. Tool-call deltas are assembled
 by ``index``. Retries and typed errors as for `AnthropicBackend`.
+
+``api="responses"`` posts to ``/v1/responses`` instead (wire format: `parley.protocol.openai_responses`):
+``max_output_tokens``, ``reasoning.effort`` (and ``reasoning.summary`` with ``reasoning_summary=``),
+``text.format`` for an output schema. By default nothing is stored (``store=False``) and, for
+reasoning models, ``include=["reasoning.encrypted_content"]`` asks for the encrypted reasoning,
+which goes back unchanged in later requests (stateless tool loops). ``previous_response_id=True``
+stores responses instead and sends only the items after the last response of the same
+conversation (falling back to the whole conversation when the history was edited).
+``SamplingSettings.stop`` is refused there (the API has no stop sequences); ``seed`` and
+``top_k`` are not sent to OpenAI. Errors are mapped as for Chat Completions, including a
+``response.failed`` / ``error`` event mid-stream.
 """
 
 from __future__ import annotations
@@ -41,13 +52,16 @@ from parley.backends.errors import (
     retrying,
 )
 from parley.cache_planner import CacheLedger
+from parley.errors import ConfigurationError
 from parley.pricing import model_info
-from parley.protocol import ErrorEvent, Event, UsageEvent
+from parley.protocol import ErrorEvent, Event, Message, UsageEvent
 from parley.protocol import openai as wire
+from parley.protocol import openai_responses as responses_wire
 from parley.protocol._wire_history import prepare_history
 from parley.usage import from_openai
 
 Flavor = Literal["openai", "vllm", "sglang", "auto"]
+Api = Literal["chat", "responses"]
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
@@ -69,11 +83,26 @@ class OpenAIBackend:
         extra_body: dict[str, Any] | None = None,
         parallel_tool_calls: bool | None = None,
         http_client: httpx.AsyncClient | None = None,
+        api: Api = "chat",
+        store: bool | None = None,
+        previous_response_id: bool = False,
+        include: list[str] | None = None,
+        reasoning_summary: Literal["auto", "concise", "detailed"] | None = None,
     ) -> None:
         if flavor not in ("openai", "vllm", "sglang", "auto"):
-            from parley.errors import ConfigurationError
-
             raise ConfigurationError(f"OpenAIBackend flavor must be openai, vllm, sglang or auto, not {flavor!r}")
+        if api not in ("chat", "responses"):
+            raise ConfigurationError(f"OpenAIBackend api must be 'chat' or 'responses', not {api!r}")
+        if previous_response_id and store is False:
+            raise ConfigurationError("OpenAIBackend previous_response_id=True needs stored responses (store=True)")
+        self.api: Api = api
+        self.store = previous_response_id if store is None else store
+        """Responses API: let OpenAI store responses (default False, True with previous_response_id)."""
+        self.previous_response_id = previous_response_id
+        self.include = include
+        """Responses API ``include``; None: encrypted reasoning for reasoning models when not stored."""
+        self.reasoning_summary = reasoning_summary
+        self._chain = responses_wire.ResponseChain()
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.flavor: Flavor = flavor
@@ -123,6 +152,8 @@ class OpenAIBackend:
     # -- request building ---------------------------------------------------------------------
     def build_body(self, request: ModelRequest, flavor: Literal["openai", "vllm", "sglang"], *,
                    stream: bool = False) -> dict[str, Any]:
+        if self.api == "responses":
+            return self._responses_body(request, flavor, stream=stream)
         sampling = request.sampling
         extra: dict[str, Any] = {}
         max_tokens = sampling.max_tokens or self.max_tokens
@@ -162,6 +193,64 @@ class OpenAIBackend:
         body.update(self.extra_body)
         return body
 
+    def _responses_body(self, request: ModelRequest, flavor: Literal["openai", "vllm", "sglang"], *,
+                        stream: bool) -> dict[str, Any]:
+        sampling = request.sampling
+        if sampling.stop:
+            raise ConfigurationError("the Responses API has no stop sequences (SamplingSettings.stop); use api='chat'")
+        extra: dict[str, Any] = {"max_output_tokens": sampling.max_tokens or self.max_tokens,
+                                 "temperature": sampling.temperature, "top_p": sampling.top_p}
+        if flavor != "openai":
+            extra.update(top_k=sampling.top_k, seed=sampling.seed)
+        chat_reasoning = self._reasoning(request, flavor)
+        reasoning = {"effort": chat_reasoning.get("reasoning_effort"), "summary": self.reasoning_summary}
+        if any(v is not None for v in reasoning.values()):
+            extra["reasoning"] = {k: v for k, v in reasoning.items() if v is not None}
+        extra["thinking_token_budget"] = chat_reasoning.get("thinking_token_budget")
+        if request.output_schema is not None:
+            extra["text"] = {"format": responses_wire.text_format(request.output_schema, strict=flavor == "openai")}
+        if request.tenant is not None:
+            extra["safety_identifier" if flavor == "openai" else "cache_salt"] = request.tenant
+        policy = request.cache
+        if policy is not None and policy.enabled and policy.prompt_cache_key:
+            extra["prompt_cache_key"] = policy.prompt_cache_key
+        include = self.include
+        if include is None:
+            include = [] if self.store or not self.info.get("reasoning", True) else [responses_wire.ENCRYPTED_REASONING]
+        messages = request.conversation.messages
+        history = prepare_history(messages, provider=flavor)
+        previous, check = None, True
+        if self.previous_response_id:
+            found = self._chain.find(messages, scope=request.tenant or "")
+            if found is not None and history == list(messages):  # nothing was rewritten: the prefix is what was sent
+                previous, start = found
+                history, check = history[start:], False
+        choice = request.tool_choice
+        body = responses_wire.build_request(
+            self.model,
+            history,
+            request.tools,
+            tool_choice="auto" if isinstance(choice, NamedToolChoice) else choice,
+            tool_name=choice.name if isinstance(choice, NamedToolChoice) else None,
+            parallel_tool_calls=self.parallel_tool_calls
+            if request.parallel_tool_calls is None
+            else request.parallel_tool_calls,
+            stream=stream,
+            provider=flavor,
+            developer_role=flavor == "openai",
+            store=self.store,
+            include=include,
+            previous_response_id=previous,
+            check_pairing=check,
+            **extra,
+        )
+        body.update(self.extra_body)
+        return body
+
+    def _remember(self, request: ModelRequest, message: Message, response_id: str | None) -> None:
+        if self.api == "responses" and self.previous_response_id and response_id:
+            self._chain.remember([*request.conversation.messages, message], response_id, scope=request.tenant or "")
+
     def _reasoning(self, request: ModelRequest, flavor: str) -> dict[str, Any]:
         reasoning = request.reasoning
         out: dict[str, Any] = {"separate_reasoning": True} if flavor == "sglang" else {}
@@ -183,7 +272,7 @@ class OpenAIBackend:
 
     # -- transport ------------------------------------------------------------------------------
     async def _post(self, body: dict[str, Any]) -> httpx.Response:
-        url = f"{self.base_url}/chat/completions"
+        url = f"{self.base_url}/{'responses' if self.api == 'responses' else 'chat/completions'}"
         stream = bool(body.get("stream"))
         try:
             request = self._client.build_request("POST", url, json=body, headers=self._headers)
@@ -211,12 +300,20 @@ class OpenAIBackend:
         body = self.build_body(request, flavor)
         response = await self._with_retries(body)
         try:
-            decoded = wire.decode_response(response.json(), provider=flavor)
+            payload = response.json()
+            failed = responses_wire.error_of(payload) if self.api == "responses" else None
+            if failed is None:
+                decode = responses_wire.decode_response if self.api == "responses" else wire.decode_response
+                decoded = decode(payload, provider=flavor)
         except Exception as exc:
             raise MalformedStreamError(f"unreadable {flavor} response: {exc}", provider=flavor,
                                        status_code=response.status_code) from exc
+        if failed is not None:
+            raise error_from_status(failed[0], failed[1], dict(response.headers), provider=flavor,
+                                    request_id_header="x-request-id")
         usage = from_openai(decoded.usage, model=self.model if flavor == "openai" else None, provider=flavor)
         self.cache_ledger.record(None, usage)
+        self._remember(request, decoded.message, decoded.id)
         return ModelResponse(messages=[decoded.message], usage=usage, finish_reason=decoded.finish_reason,
                              model=decoded.model or self.model)
 
@@ -224,7 +321,9 @@ class OpenAIBackend:
         flavor = await self.resolve_flavor()
         body = self.build_body(request, flavor, stream=True)
         response = await self._with_retries(body)
-        decoder = wire.StreamDecoder(provider=flavor)
+        decoder: wire.StreamDecoder | responses_wire.StreamDecoder
+        decoder = responses_wire.StreamDecoder(provider=flavor) if self.api == "responses" else \
+            wire.StreamDecoder(provider=flavor)
         failure: ModelAPIError | None = None
         finished = False
         try:
@@ -239,7 +338,10 @@ class OpenAIBackend:
                                                    provider=flavor)
                     break
                 for event in decoder.feed(chunk):
-                    if isinstance(event, ErrorEvent) and event.code != "malformed_chunk":
+                    if isinstance(decoder, responses_wire.StreamDecoder):
+                        if decoder.error is not None and failure is None:
+                            failure = error_from_status(*decoder.error, {}, provider=flavor)
+                    elif isinstance(event, ErrorEvent) and event.code != "malformed_chunk":
                         failure = error_from_status(500, chunk, {}, provider=flavor)
                     yield event
                 if failure is not None:
@@ -262,6 +364,8 @@ class OpenAIBackend:
         if not decoder.usage:
             usage = usage.model_copy(update={"cost": None})
         self.cache_ledger.record(None, usage)
+        if decoder.messages:
+            self._remember(request, decoder.messages[-1], decoder.id)
         yield UsageEvent(usage=usage)
 
     async def aclose(self) -> None:
