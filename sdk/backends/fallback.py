@@ -25,13 +25,16 @@ naming the backends that failed before it.
 
 Streams: the fallback moves on only while the failing backend has not yet sent the caller any
 event (its `ErrorEvent`s are held back until something else comes, so an error reported at the
-start of a stream still falls through). Once text, reasoning or a tool call has reached the caller,
-the error is raised as is, unless ``after_stream_start=True``: then the caller sees the events the
-failed backend already sent, followed by an ``ErrorEvent(code="fallback_restart")`` saying they
-are void, followed by the next backend's whole answer from the start (so a UI must discard what it
-showed of the failed attempt; the agent loop only keeps `MessageEnd` messages, and those come from
-the backend that served). A backend that already completed a message (sent a `MessageEnd`) is
-never fallen through, even then: a finished message cannot be taken back.
+start of a stream still falls through; held events of a backend fallen past are dropped, and every
+fall-through is logged as a warning on the ``parley.backends.fallback`` logger). Once text,
+reasoning or a tool call has reached the caller, the error is raised as is, unless
+``after_stream_start=True``: then the caller sees the events the failed backend already sent,
+followed by an ``ErrorEvent(code="fallback_restart")`` saying they are void, followed by the next
+backend's whole answer from the start (so a UI must discard what it showed of the failed attempt;
+the agent loop only keeps `MessageEnd` messages, and those come from the backend that served).
+A backend that already completed a message (sent a `MessageEnd`) is never fallen through, even
+then: a finished message cannot be taken back. The failed attempt's usage is not reported (its
+stream never got that far; the provider may still bill it).
 
 Attribution: every `Usage.raw` entry of a served request gains ``"served_by": <backend name>`` (an
 entry is added when the backend reported none), so a run's `RunState.usage.raw` records which
