@@ -3,8 +3,10 @@
 Requests (`build_request`): the conversation becomes ``input`` items in order:
 
 * system / developer messages -> ``{"type": "message", "role": "system"|"developer", "content"}``;
-* user text -> ``{"type": "message", "role": "user", "content"}``; assistant text -> the same with
-  ``role: "assistant"``;
+* user text -> ``{"type": "message", "role": "user", "content"}`` (with images or PDFs, a list of
+  ``input_text`` / ``input_image`` (``image_url``: the URL or a data URL) / ``input_file``
+  (``file_url``, or the bytes as ``file_data``) parts); assistant text -> the same with
+  ``role: "assistant"``; a tool result's attachments are refused (`UnsupportedPartError`);
 * a `ToolCall` -> ``{"type": "function_call", "call_id", "name", "arguments"}`` and a `ToolResult`
   -> ``{"type": "function_call_output", "call_id", "output"}`` (ids shortened as for Chat);
 * a `ReasoningPart` this provider produced -> ``{"type": "reasoning", "id", "summary",
@@ -43,8 +45,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from parley.protocol.envelope import Conversation, Message, Part, ReasoningPart, Role, TextPart, ToolCall, ToolResult
-from parley.protocol.errors import ProtocolError
+from parley.protocol.envelope import (
+    Conversation,
+    DocumentPart,
+    ImagePart,
+    Message,
+    Part,
+    ReasoningPart,
+    Role,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+from parley.protocol.errors import ProtocolError, UnsupportedPartError
 from parley.protocol.events import (
     ErrorEvent,
     Event,
@@ -111,38 +124,57 @@ def encode_input(
     if check_pairing:
         Conversation.model_construct(messages=messages).check_tool_pairing()
     items: list[dict[str, Any]] = []
-    for message in messages:
+    for index, message in enumerate(messages):
         role = message.role
         if role in (Role.SYSTEM, Role.DEVELOPER):
             wire_role = "developer" if role is Role.DEVELOPER and developer_role else "system"
             items.append({"type": "message", "role": wire_role, "content": message.text})
         elif role is Role.ASSISTANT:
-            items.extend(_assistant_items(message, provider=provider, stored=stored))
+            items.extend(_assistant_items(message, index, provider=provider, stored=stored))
         elif role in (Role.USER, Role.TOOL):
-            _only(message, (TextPart, ToolResult))
-            for result in (p for p in message.parts if isinstance(p, ToolResult)):
-                if getattr(result, "attachments", None):
-                    raise ProtocolError(f"tool result {result.call_id!r} has attachments: the Responses API "
-                                        "codec carries text results only (use api='chat')")
+            _only(message, index, (TextPart, ToolResult, ImagePart, DocumentPart))
+            results = [p for p in message.parts if isinstance(p, ToolResult)]
+            for j, result in enumerate(results):
+                if result.attachments:
+                    where = f"messages[{index}].tool_results[{j}].attachments[0]"
+                    raise UnsupportedPartError(
+                        f"{where}: the Responses API codec sends tool results as text only; use api='chat' "
+                        "for tools that return images or documents", where=where, kind=result.attachments[0].kind)
                 items.append({"type": "function_call_output", "call_id": tool_id(result.call_id),
                               "output": result.content})
+            if any(isinstance(p, ImagePart | DocumentPart) for p in message.parts):
+                content = [_content_part(p, f"messages[{index}].content[{j}]") for j, p in enumerate(message.parts)
+                           if isinstance(p, TextPart | ImagePart | DocumentPart)]
+                items.append({"type": "message", "role": "user", "content": content})
+                continue
             texts = [p.text for p in message.parts if isinstance(p, TextPart)]
-            if texts or (role is Role.USER and not message.tool_results):
+            if texts or (role is Role.USER and not results):
                 items.append({"type": "message", "role": "user", "content": "".join(texts)})
         else:
             raise ProtocolError(f"role {role!r} has no Responses API equivalent")
     return items
 
 
-def _only(message: Message, kinds: tuple[type, ...]) -> None:
-    for index, part in enumerate(message.parts):
+def _content_part(part: TextPart | ImagePart | DocumentPart, where: str) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "input_text", "text": part.text}
+    if isinstance(part, ImagePart):
+        return {"type": "input_image", "image_url": part.data_url(), "detail": "auto"}
+    if part.data is None:
+        return {"type": "input_file", "file_url": part.url}
+    return {"type": "input_file", "file_data": part.data_url(), "filename": part.title or "document.pdf"}
+
+
+def _only(message: Message, index: int, kinds: tuple[type, ...]) -> None:
+    for j, part in enumerate(message.parts):
         if not isinstance(part, kinds):
-            raise ProtocolError(f"a {message.role.value} message's part {index} is a {part.kind!r} part, which the "
-                                "Responses API codec cannot carry yet (use api='chat')")
+            where = f"messages[{index}].content[{j}]"
+            raise UnsupportedPartError(f"{where}: a {message.role.value} message cannot carry a {part.kind!r} part "
+                                       "in the Responses API", where=where, kind=part.kind)
 
 
-def _assistant_items(message: Message, *, provider: str, stored: bool) -> list[dict[str, Any]]:
-    _only(message, (TextPart, ReasoningPart, ToolCall))
+def _assistant_items(message: Message, index: int, *, provider: str, stored: bool) -> list[dict[str, Any]]:
+    _only(message, index, (TextPart, ReasoningPart, ToolCall))
     items: list[dict[str, Any]] = []
     text: list[str] = []
 

@@ -23,7 +23,8 @@ from parley.protocol import (
     ToolSpec,
 )
 from parley.protocol import openai_responses as wire
-from parley.protocol.errors import OrphanToolResultError, ProtocolError
+from parley.protocol.envelope import DocumentPart, ImagePart
+from parley.protocol.errors import OrphanToolResultError, ProtocolError, UnsupportedPartError
 from tests.protocol.responses_shapes import (
     CALL_ITEM,
     ENCRYPTED,
@@ -94,8 +95,32 @@ def test_orphan_results_and_unsupported_parts_are_refused() -> None:
     # a tail that answers a stored response's calls (previous_response_id) skips the pairing check
     assert wire.encode_input([Message.tool("c", "f", "x")], check_pairing=False)[0]["type"] == "function_call_output"
     odd = Message(role=Role.ASSISTANT, parts=[ToolResult(call_id="c", name="f", content="x")])
-    with pytest.raises(ProtocolError, match="tool_result"):
-        wire.encode_input([odd], check_pairing=False)
+    with pytest.raises(UnsupportedPartError, match="tool_result") as info:
+        wire.encode_input([Message.user("q"), odd], check_pairing=False)
+    assert info.value.where == "messages[1].content[0]"
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+
+
+def test_images_and_documents_in_user_messages() -> None:
+    message = Message(role=Role.USER, parts=[
+        TextPart(text="What is in these?"), ImagePart.from_bytes(PNG), ImagePart.from_url("https://example.com/a.jpg"),
+        DocumentPart.from_bytes(b"%PDF-1.4 tiny", title="report.pdf"), DocumentPart.from_url("https://example.com/b.pdf"),
+    ])
+    [item] = wire.encode_input([message])
+    text, data_image, url_image, data_file, url_file = item["content"]
+    assert item["role"] == "user" and text == {"type": "input_text", "text": "What is in these?"}
+    assert data_image["type"] == "input_image" and data_image["image_url"].startswith("data:image/png;base64,")
+    assert url_image == {"type": "input_image", "image_url": "https://example.com/a.jpg", "detail": "auto"}
+    assert data_file["file_data"].startswith("data:application/pdf;base64,") and data_file["filename"] == "report.pdf"
+    assert url_file == {"type": "input_file", "file_url": "https://example.com/b.pdf"}
+    call = Message.assistant(tool_calls=[ToolCall(id="c", name="shot")])
+    result = Message(role=Role.TOOL, parts=[ToolResult(call_id="c", name="shot", content="here",
+                                                       attachments=[ImagePart.from_bytes(PNG)])])
+    with pytest.raises(UnsupportedPartError) as info:
+        wire.encode_input([Message.user("q"), call, result])
+    assert info.value.where == "messages[2].tool_results[0].attachments[0]" and info.value.kind == "image"
 
 
 def test_tools_choice_and_text_format() -> None:
