@@ -535,11 +535,11 @@ def _media_part(block: Mapping[str, Any], at: str) -> ImagePart | DocumentPart:
                             param=f"{at}.source.type")
     try:
         if kind == "image":
-            return ImagePart(**fields)
+            return ImagePart(**fields).noted_at(at)
         title = block.get("title")
         if title is not None and not isinstance(title, str):
             raise ProtocolError(f"{at}.title must be a string", param=f"{at}.title")
-        return DocumentPart(**fields, title=title)
+        return DocumentPart(**fields, title=title).noted_at(at)
     except ValidationError as exc:
         problem = exc.errors()[0].get("msg", "invalid") if exc.errors() else "invalid"
         raise ProtocolError(f"{at}: malformed {kind} block: {problem}", param=at) from None

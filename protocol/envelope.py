@@ -25,12 +25,13 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     ValidationInfo,
@@ -157,6 +158,9 @@ def parse_data_url(url: str) -> tuple[str, bytes]:
     return media_type, urllib.parse.unquote_to_bytes(payload)
 
 
+_M = TypeVar("_M", bound="_MediaPart")
+
+
 class _MediaPart(_Part):
     """A URL, or bytes with their sha256 (see the module docstring for how JSON carries them)."""
 
@@ -169,6 +173,21 @@ class _MediaPart(_Part):
     """The bytes (base64 text is accepted and decoded)."""
     sha256: str | None = None
     """Lowercase hex sha256 of `data`, computed when the part is built; None for a URL."""
+    _wire_path: str | None = PrivateAttr(default=None)
+    """Where a request decoder found the part (``messages[0].content[1]``), so that a refusal names the
+    client's own position; not part of the value (equality, hash, JSON)."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _MediaPart):
+            return type(self) is type(other) and self.__dict__ == other.__dict__
+        return NotImplemented
+
+    __hash__ = BaseModel.__hash__
+
+    def noted_at(self: _M, path: str) -> _M:
+        """This part, remembering the request position `path` it was decoded from (returns self)."""
+        self._wire_path = path
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -529,8 +548,13 @@ def media_places(messages: Sequence[Message], *, start: int = 0) -> Iterator[tup
 
 
 def refuse_media(messages: Sequence[Message], *, reader: str = "this model", start: int = 0) -> None:
-    """Raise `UnsupportedPartError` for the first image or document: for codecs of text-only models."""
-    for where, part in media_places(messages, start=start):
+    """Raise `UnsupportedPartError` for the first image or document: for codecs of text-only models.
+
+    The part is named by `media_places`, or, when a request decoder noted where it found it
+    (`_MediaPart.noted_at`), by that position in the request (a server's 400 names the client's field).
+    """
+    for place, part in media_places(messages, start=start):
+        where = part._wire_path or place  # a decoded request's part is named at its position in the request
         raise UnsupportedPartError(
             f"{where}: {part.kind} input is not supported by {reader} (text only)", where=where, kind=part.kind
         )

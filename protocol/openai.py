@@ -527,7 +527,7 @@ def _image_part(part: Mapping[str, Any], at: str) -> ImagePart:
     if not isinstance(url, str) or not url:
         raise ProtocolError(f"{at}.image_url.url must be a non-empty string", param=f"{at}.image_url.url")
     try:
-        return ImagePart(url=url)  # a data: URL becomes bytes + media type
+        return ImagePart(url=url).noted_at(at)  # a data: URL becomes bytes
     except ValidationError as exc:
         raise _media_error(exc, f"{at}.image_url.url", "image URL") from None
 
@@ -547,7 +547,7 @@ def _file_part(part: Mapping[str, Any], at: str) -> DocumentPart:
         raise ProtocolError(f"{at}.file.filename must be a string", param=f"{at}.file.filename")
     source = {"url": data} if data[:5].lower() == "data:" else {"data": data}  # raw base64 is accepted too
     try:
-        return DocumentPart.model_validate({**source, "title": title})
+        return DocumentPart.model_validate({**source, "title": title}).noted_at(at)
     except ValidationError as exc:
         raise _media_error(exc, f"{at}.file.file_data", "PDF file_data") from None
 

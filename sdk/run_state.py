@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parley.errors import ApprovalArgumentsError, RunStateError, RunStateVersionError, UnknownCallError
 from parley.protocol import Message, ToolCall, ToolResult, Usage
+from parley.protocol.blobs import BlobStore, FolderBlobStore, blob_context
 
 SCHEMA_VERSION = "1.1"
 SCHEMA_VERSION_SUMMARIES: dict[str, str] = {
@@ -202,26 +203,39 @@ class RunState(_Model):
         self._resolve(call_id, Provided(value=value, is_error=is_error))
 
     # -- serialisation ---------------------------------------------------------------------------
-    def to_json(self, *, indent: int | None = None) -> str:
-        return self.model_dump_json(indent=indent)
+    def to_json(self, *, indent: int | None = None, blobs: BlobStore | None = None) -> str:
+        """JSON; with `blobs`, image/document bytes over its inline limit are kept there, by hash."""
+        return self.model_dump_json(indent=indent, context=blob_context(blobs))
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the state to `path` atomically (temp file, fsync, rename): a crash leaves the old or the new state."""
+    def save(self, path: str | os.PathLike[str], *, blobs: BlobStore | None = None) -> None:
+        """Write the state to `path` atomically (temp file, fsync, rename): a crash leaves the old or the new state.
+
+        Large media bytes go to `blobs`, by default the folder ``<path>.blobs`` next to the state
+        (made only when needed); blobs are written before the state that names them.
+        """
         target = Path(path)
+        store = blobs if blobs is not None else default_blobs(target)
         temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         with open(temp, "w", encoding="utf-8") as handle:
-            handle.write(self.to_json())
+            handle.write(self.to_json(blobs=store))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, target)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> RunState:
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+    def load(cls, path: str | os.PathLike[str], *, blobs: BlobStore | None = None) -> RunState:
+        """Read a state written by `save` (its blobs from `blobs`, by default ``<path>.blobs``)."""
+        target = Path(path)
+        store = blobs if blobs is not None else default_blobs(target)
+        return cls.from_json(target.read_text(encoding="utf-8"), blobs=store)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> RunState:
-        """Load a state, refusing unknown or newer schema versions with `RunStateVersionError`."""
+    def from_json(cls, text: str | bytes, *, blobs: BlobStore | None = None) -> RunState:
+        """Load a state, refusing unknown or newer schema versions with `RunStateVersionError`.
+
+        Media kept in a blob store by `to_json(blobs=...)` need that store here; without it,
+        `MissingBlobError` names the missing hash.
+        """
         try:
             data = json.loads(text)
         except (ValueError, RecursionError) as exc:
@@ -230,9 +244,15 @@ class RunState(_Model):
             raise RunStateError("run state JSON must be an object")
         data = _migrate(data)
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(data, context=blob_context(blobs))
         except ValidationError as exc:
             raise RunStateError(f"run state (schema_version {data['schema_version']}) is malformed: {exc}") from None
+
+
+def default_blobs(path: str | os.PathLike[str]) -> FolderBlobStore:
+    """The blob folder `RunState.save`/`load` use for a state file: ``<path>.blobs`` beside it."""
+    target = Path(path)
+    return FolderBlobStore(target.with_name(target.name + ".blobs"))
 
 
 def _migrate(data: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,8 @@ For each call of a batch, in order of the checks:
 5. argument validation (strict JSON, then the strict schema) → an error result on failure;
 6. the call, with a per-attempt timeout; idempotent tools are retried on *retryable* errors only,
    with exponential backoff, at most `tool.retries` times;
-7. the value rendered to text and capped (the cut marked).
+7. the value rendered to text and capped (the cut marked); images and documents it holds become
+   the result's attachments.
 
 Independent calls run concurrently (`asyncio.gather`, bounded by `max_concurrency`); sync functions
 run in daemon threads. Every produced result is written into `records` as soon as its call finishes,
@@ -31,7 +32,13 @@ from parley.protocol.tool_spec import ToolSpec
 from parley.tools.context import ToolContext
 from parley.tools.errors import ToolArgumentError, ToolDefinitionError, ToolError, is_retryable
 from parley.tools.redaction import safe_error_text, safe_text
-from parley.tools.results import DEFAULT_MAX_RESULT_CHARS, UnserializableResult, render_result, truncate
+from parley.tools.results import (
+    DEFAULT_MAX_RESULT_CHARS,
+    UnserializableResult,
+    render_result,
+    split_attachments,
+    truncate,
+)
 from parley.tools.tool import Tool
 
 _CANCEL_GRACE_S = 0.5
@@ -236,10 +243,11 @@ class ToolExecutor:
         raise AssertionError("unreachable: the last attempt always returns")  # pragma: no cover
 
     def _success(self, tool: Tool, call: ToolCall, value: Any) -> ToolResult:
+        value, attachments = split_attachments(value)  # images/documents the tool returned
         try:
             text = render_result(value)
         except UnserializableResult as exc:
             return _error(call, f"tool {tool.name!r} returned {exc}")
         limit = tool.max_result_chars if tool.max_result_chars is not None else self.max_result_chars
         text, _ = truncate(text, limit)
-        return ToolResult(call_id=call.id, name=call.name, content=text)
+        return ToolResult(call_id=call.id, name=call.name, content=text, attachments=attachments)

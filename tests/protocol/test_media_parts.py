@@ -27,9 +27,9 @@ from parley.protocol import (
     ToolCall,
     ToolResult,
     UnsupportedPartError,
+    harmony,
 )
 from parley.protocol import anthropic as anthropic_wire
-from parley.protocol import harmony
 from parley.protocol import openai as openai_wire
 from parley.protocol.blobs import INLINE_LIMIT
 
