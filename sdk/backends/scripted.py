@@ -98,6 +98,8 @@ def part_text(part: Any) -> str:
         return str(part.text)
     if kind == "tool_call":
         return f"{part.name} {part.arguments}"
+    if kind in ("image", "document"):
+        return ""  # media carry no text a script could match
     return str(part.content)
 
 

@@ -80,3 +80,13 @@ async def test_function_backend_rejects_a_bad_turn_type() -> None:
     backend = FunctionBackend(lambda req: 42)  # type: ignore[arg-type,return-value]
     with pytest.raises(ScriptMismatchError, match="int"):
         await backend.generate(request())
+
+
+def test_a_user_image_does_not_break_a_script() -> None:
+    from parley import Agent
+    from parley.protocol import ImagePart
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+    agent = Agent(ScriptedBackend(["A cat."]))
+    result = agent.run_sync(Message.user("what is this?", ImagePart.from_bytes(png, media_type="image/png")))
+    assert result.output == "A cat."
