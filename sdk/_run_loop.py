@@ -9,7 +9,8 @@ Two rules make every run converge, on small local models too:
 * the repeat rule (`parley.interruptions`): a call identical to one already settled since the last
   user message is answered from the record, not run or sent for approval again;
 * tools off: after `Agent.max_tool_rounds` model turns with tool calls (since the last user
-  message), and on the last turn `max_turns` allows, the request goes with ``tool_choice="none"``:
+  message), after a round whose every call was a repeat (the model is going round in circles), and
+  on the last turn `max_turns` allows, the request goes with ``tool_choice="none"``:
   the local backend's grammar then admits only the typed answer, hosted backends get the same
   field. Calls a model makes anyway are not run (each gets an error result) and count as failed
   answer attempts, so the run ends with an answer or `OutputValidationError` naming the cause,
@@ -155,6 +156,8 @@ class RunLoop:
             state.messages.append(Message(role=Role.TOOL, parts=[result], name=result.name))
             if self.emit is not None:
                 await self._emit_result(result)
+        state.tool_calls += len(calls)
+        agent.usage_limits.check_tool_calls(state.tool_calls, state.usage)
         state.output_attempts += 1
         if state.output_attempts > agent.output_retries:
             raise OutputValidationError(
@@ -195,6 +198,9 @@ class RunLoop:
         if plan.pause:
             state.pending = plan.pause
             return False
+        repeated = {r.call_id for r in state.repeats[-len(state.batch) :]}  # this batch's are the latest
+        if all(c.id in repeated for c in state.batch):
+            state.stalled = True  # the model is going round in circles: more rounds bring nothing new
         for call in state.batch:
             result = state.records[call.id]
             state.messages.append(Message(role=Role.TOOL, parts=[result], name=result.name))
@@ -252,6 +258,8 @@ class RunLoop:
                 self.tools_off = f"max_tool_rounds={agent.max_tool_rounds} rounds of tool calls are used up"
             elif state.turn + 1 >= agent.max_turns:
                 self.tools_off = f"this is the last of max_turns={agent.max_turns} model turns"
+            elif state.stalled:
+                self.tools_off = "a round of tool calls only repeated earlier calls"
             if self.tools_off is not None:
                 choice = "none"
         return ModelRequest(
@@ -287,3 +295,4 @@ def new_user_turn(state: RunState) -> None:
     (the user may ask for the same call again; it then runs, or asks for approval, again)."""
     state.call_log = {}
     state.tool_rounds = 0
+    state.stalled = False

@@ -57,7 +57,8 @@ class Agent(Generic[OutputT]):
     `tool_choice` is fixed, or a function of the conversation so far deciding each turn.
 
     Convergence: after `max_tool_rounds` model turns with tool calls since the last user message
-    (default 3; None: no limit), and on the last turn `max_turns` allows, the model is asked with
+    (default 3; None: no limit), after a round in which every call repeated an earlier one, and on
+    the last turn `max_turns` allows, the model is asked with
     ``tool_choice="none"`` — locally the grammar then admits only the typed answer — so a looping
     model ends with an answer, or a typed error naming why, instead of using up `max_turns`. A call
     identical to one already settled is not run again (the repeat rule, per tool ``on_repeat``).

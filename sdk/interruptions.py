@@ -112,6 +112,14 @@ def plan_batch(state: RunState, tools: dict[str, Any]) -> BatchPlan:
     return plan
 
 
+REPEAT_NOTES = {
+    "ran": "[already done: an identical call ran earlier; not run again]",
+    "rejected": "[already rejected: an identical call was rejected earlier; not run again]",
+    "provided": "[already answered: an identical call was answered earlier; not run again]",
+}
+"""What starts a reused result, by the earlier call's outcome; the recorded content follows."""
+
+
 def settled_call(result: ToolResult, outcome: str) -> SettledCall:
     return SettledCall(
         call_id=result.call_id,
@@ -124,16 +132,16 @@ def settled_call(result: ToolResult, outcome: str) -> SettledCall:
 
 def repeat_outcome(call: ToolCall, earlier: SettledCall, mode: str, *, turn: int) -> tuple[ToolResult, RepeatedCall]:
     """The result a repeated call gets, and the record of it (see the module docstring)."""
+    # The text names no call id: ids are random, and the model's prompt (so a greedy run) must not be.
     if mode == "error":
         content = (
-            f"Not run: {call.name} was already called with exactly these arguments in this run "
-            f"(call {earlier.call_id}), and it does not run twice. Use that result, or change the arguments."
+            f"Not run: {call.name} was already called with exactly these arguments in this run, and it does "
+            "not run twice. Use the earlier result, or change the arguments."
         )
         result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=True)
         action = "error"
     else:
-        done = {"ran": "already ran", "rejected": "was already rejected", "provided": "was already answered"}
-        note = f"[repeat: identical to call {earlier.call_id}, which {done[earlier.outcome]}; not run again]"
+        note = REPEAT_NOTES[earlier.outcome]
         content = f"{note} {earlier.content}" if earlier.content else note
         result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=earlier.is_error)
         action = "reused"

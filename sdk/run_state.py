@@ -46,7 +46,8 @@ SCHEMA_VERSION_SUMMARIES: dict[str, str] = {
     "1.0": "First release: messages, open batch, recorded results, started calls, pending interruptions, "
     "decisions, usage, turn and tool-call counts, backend, tenant, trace id, output.",
     "1.1": "Adds the repeat rule's record (call_log: settled calls by tool name + canonical arguments; "
-    "repeats: calls answered from it) and tool_rounds (rounds of tool calls since the last user message).",
+    "repeats: calls answered from it), tool_rounds (rounds of tool calls since the last user message) and "
+    "stalled (a round only repeated earlier calls: tools off until the next user message).",
 }
 SUPPORTED_VERSIONS: tuple[str, ...] = tuple(SCHEMA_VERSION_SUMMARIES)
 
@@ -162,6 +163,9 @@ class RunState(_Model):
     """Every call of this run the repeat rule answered (resumes included; never cleared)."""
     tool_rounds: int = 0
     """Model turns that made tool calls since the last user message (compared with `Agent.max_tool_rounds`)."""
+    stalled: bool = False
+    """A round of tool calls since the last user message only repeated earlier calls: tools stay off
+    (the model is asked for its answer) until the next user message."""
 
     # -- resolving interruptions ------------------------------------------------------------------
     def _take(self, call_id: str) -> Interruption:

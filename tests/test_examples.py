@@ -2,9 +2,8 @@
 
 Each example runs as a user would run it: a fresh `python examples/<name>.py` subprocess from the
 repository root, with a timeout, so a broken import, a hang or a changed public name fails here.
-`approval_across_processes.py` has its own three-process test in tests/sdk/test_examples.py; here
-it only has to start and explain itself. A new example without an entry below fails
-`test_every_example_is_exercised`.
+`approval_across_processes.py` is also run as documented, across three processes (start, decide,
+resume), below. A new example without an entry in `CASES` fails `test_every_example_is_exercised`.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +120,34 @@ def test_example_prints_what_it_promises(example: Example) -> None:
     out = run_example(example)
     missing = [line for line in example.expected if line not in out]
     assert not missing, f"{example.script} output lacks {missing}:\n{out}"
+
+
+# -- approval_across_processes.py, as its docstring says: three processes, only the JSON file shared --
+
+
+def run_approval_step(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "approval_across_processes.py"), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_approval_across_three_processes(tmp_path: Path) -> None:
+    state = str(tmp_path / "state.json")
+    assert "paused: transfer" in run_approval_step("start", state)
+    assert "approved xfer" in run_approval_step("decide", state)
+    out = run_approval_step("resume", state)
+    assert "answer: Done: moved 100 from alice to bob" in out and "model requests: 3" in out
+
+
+def test_rejection_across_processes(tmp_path: Path) -> None:
+    state = str(tmp_path / "state.json")
+    run_approval_step("start", state)
+    run_approval_step("decide", state, "--reject", "too much")
+    assert "answer: Done: too much" in run_approval_step("resume", state)
