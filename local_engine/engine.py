@@ -34,7 +34,8 @@ from parley.local_engine.errors import (
     RequestAborted,
 )
 from parley.local_engine.hooks import ComposedHook, TokenHook
-from parley.local_engine.models.llama import LlamaArch, LlamaModel
+from parley.local_engine.models import registry
+from parley.local_engine.models.decoder import DecoderModel
 from parley.local_engine.outputs import GenerationOutput, StreamDelta, TokenLogprob
 from parley.local_engine.runner import CausalLM, ModelRunner
 from parley.local_engine.sampler import Sampler
@@ -161,24 +162,21 @@ class Engine:
         dtype: torch.dtype | str | None = None,
         config: EngineConfig | None = None,
     ) -> Engine:
-        """Load a Llama-architecture model: None = the embedded SmolLM2, else a .gguf file or a HF folder.
+        """Load a model: None = the embedded SmolLM2, else a .gguf file or a HF folder of a family that
+        `models.registry.MODEL_TYPES` lists (Llama, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, gpt-oss).
 
         Errors are `ParleyError`s: `ModelNotFoundError` (nothing local to load), `ModelLoadError` (unreadable
-        files, an unsupported architecture or config field, missing or misshapen weights), `EngineConfigError`
-        (a bad `device`/`dtype`).
+        files, an unsupported architecture or config field, missing, misshapen or unused weights),
+        `EngineConfigError` (a bad `device`/`dtype`).
         """
         dev = _as_device(device)
         dt = _as_dtype(dtype, dev)
         files = loader.resolve(model)
-        hf_cfg = loader.load_config(files.folder)
-        arch_name = str(hf_cfg.get("model_type") or "").lower()
-        if arch_name not in ("llama", "mistral") and "LlamaForCausalLM" not in (hf_cfg.get("architectures") or []):
-            raise ModelLoadError(f"architecture {arch_name!r} is not supported (Llama-family models are)")
-        arch = LlamaArch.from_hf_config(hf_cfg)
+        family, arch = registry.architecture(loader.load_config(files.folder))
         state = loader.load_state_dict(files.folder)
         try:
-            net = LlamaModel.from_hf_state_dict(arch, state, dev, dt)
-        except (KeyError, ValueError, RuntimeError) as exc:  # a missing or misshapen tensor
+            net = family.from_hf_state_dict(arch, state, dev, dt)
+        except (KeyError, ValueError, RuntimeError) as exc:  # a tensor that cannot be converted
             raise ModelLoadError(f"{files.folder}: {exc}") from exc
         del state
         tokenizer = loader.load_tokenizer(files.folder)
@@ -189,7 +187,7 @@ class Engine:
 
     @classmethod
     def from_model(
-        cls, net: LlamaModel, tokenizer: Any, *, model_id: str, eos_token_ids: frozenset[int] = frozenset(),
+        cls, net: DecoderModel, tokenizer: Any, *, model_id: str, eos_token_ids: frozenset[int] = frozenset(),
         config: EngineConfig | None = None, model_name: str | None = None,
     ) -> Engine:
         """Wrap an already-built model (tests build tiny random ones)."""
@@ -414,6 +412,7 @@ class Engine:
             decode_step_s=self.timer.decode_step_s(self._joining_batch()), prefill_token_s=self.timer.prefill_token_s(),
             decode_step_s_by_batch=self.timer.by_batch(),
             model_id=self.model_id, device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
+            window_blocks_skipped=self.runner.window_blocks_skipped,
         )
         return s
 

@@ -3,6 +3,11 @@
 Owns the preallocated KV pool (one tensor, `[layers, 2 * kv_heads, blocks*block_size, head_dim]`: key heads
 then value heads), so a step allocates only its activations. A token at position p of a sequence lives in slot
 `block_table[p // block_size] * block_size + p % block_size`.
+
+A model with sliding-window layers gets one attention layout per window: a window-W layout gathers only
+positions `p - W + 1 .. p`, so the blocks wholly before a sequence's window are never read by those layers;
+`window_blocks_skipped` counts them (per sequence and step, once per window). They stay allocated: a block
+holds every layer's KV, and full-attention layers (and the prefix cache) still need them.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from typing import Protocol
 
 import torch
 
-from parley.local_engine.models.llama import AttentionBatch, PrefillSpan
+from parley.local_engine.models.attention import AttentionBatch, AttentionLayout, PrefillSpan
 from parley.local_engine.scheduler import ScheduledSeq
 
 
@@ -32,6 +37,9 @@ class CausalLM(Protocol):
     def kv_bytes_per_token(self) -> int: ...
 
 
+_FULL: tuple[int | None, ...] = (None,)
+
+
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, block_size: int) -> None:
         self.model = model
@@ -41,6 +49,9 @@ class ModelRunner:
         self.kv_cache = model.new_kv_cache(num_blocks * block_size)
         bs = block_size
         self._offsets = torch.arange(bs, dtype=torch.long)
+        # The distinct attention windows of the model's layers (None = full causal attention).
+        self.windows: tuple[int | None, ...] = getattr(model, "attention_windows", _FULL) or _FULL
+        self.window_blocks_skipped = 0
 
     def _slots(self, block_table: list[int], start: int, end: int) -> torch.Tensor:
         """Cache slots of positions [start, end) of a sequence, on the CPU."""
@@ -53,33 +64,55 @@ class ModelRunner:
     def prepare(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, AttentionBatch, list[int]]:
         """Inputs for one step. Single-token items come first (batched decode attention), then prefill chunks.
 
-        Returns input ids, positions, the attention layout, and for each item the row whose logits it
-        samples from (-1 when the item is a non-final prefill chunk).
+        Returns input ids, positions, the attention layout (one per window), and for each item the row whose
+        logits it samples from (-1 when the item is a non-final prefill chunk).
         """
         decode = [i for i, it in enumerate(items) if it.num_new_tokens == 1]
         prefill = [i for i, it in enumerate(items) if it.num_new_tokens > 1]
         ids: list[int] = []
         pos: list[int] = []
-        slot_parts: list[torch.Tensor] = []
         rows = [-1] * len(items)
         row = 0
+        for i in decode + prefill:
+            it = items[i]
+            p, n = it.start, it.num_new_tokens
+            ids.extend(it.seq.token_ids[p : p + n])
+            pos.extend(range(p, p + n))
+            row += n
+            if it.samples:  # a 1-token chunk in the middle of a prompt samples nothing
+                rows[i] = row - 1
+        bs = self.block_size
+        decode_slots = [items[i].seq.block_table[items[i].start // bs] * bs + items[i].start % bs for i in decode]
+        slots = [torch.tensor(decode_slots, dtype=torch.long)] + [
+            self._slots(items[i].seq.block_table, items[i].start, items[i].start + items[i].num_new_tokens)
+            for i in prefill
+        ]
+        layouts = {w: self._layout(items, decode, prefill, w) for w in self.windows}
+        dev = self.device
+        batch = AttentionBatch(slot_mapping=torch.cat(slots).to(dev), layouts=layouts)
+        input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
+        positions = torch.tensor(pos, dtype=torch.long, device=dev)
+        return input_ids, positions, batch, rows
+
+    def _first_visible(self, start: int, window: int | None) -> int:
+        """The first position a token at `start` (and so every later one in its chunk) may attend to."""
+        if window is None:
+            return 0
+        first = max(start - window + 1, 0)
+        self.window_blocks_skipped += first // self.block_size
+        return first
+
+    def _layout(
+        self, items: list[ScheduledSeq], decode: list[int], prefill: list[int], window: int | None
+    ) -> AttentionLayout:
+        dev = self.device
         gathers: list[torch.Tensor] = []
-        lengths: list[int] = []
         for i in decode:
             it = items[i]
-            seq, p = it.seq, it.start
-            ids.append(seq.token_ids[p])
-            pos.append(p)
-            g = self._slots(seq.block_table, 0, p + 1)
-            gathers.append(g)
-            slot_parts.append(g[-1:])
-            lengths.append(p + 1)
-            if it.samples:  # a 1-token chunk in the middle of a prompt samples nothing
-                rows[i] = row
-            row += 1
+            gathers.append(self._slots(it.seq.block_table, self._first_visible(it.start, window), it.start + 1))
         decode_gather = decode_mask = None
-        dev = self.device
         if decode:
+            lengths = [g.shape[0] for g in gathers]
             L = max(lengths)
             if all(n == L for n in lengths):
                 decode_gather = torch.stack(gathers)
@@ -92,29 +125,25 @@ class ModelRunner:
                 decode_mask = decode_mask.to(dev)
             decode_gather = decode_gather.to(dev)
         spans: list[PrefillSpan] = []
+        row = len(decode)
         for i in prefill:
             it = items[i]
-            seq, p, n = it.seq, it.start, it.num_new_tokens
-            ids.extend(seq.token_ids[p : p + n])
-            pos.extend(range(p, p + n))
-            g = self._slots(seq.block_table, 0, p + n)
-            slot_parts.append(g[p:])
-            # Causal mask: new token j (position p+j) sees cached positions 0..p+j.
-            mask = torch.full((n, p + n), float("-inf"), dtype=torch.float32).triu_(p + 1)
+            p, n = it.start, it.num_new_tokens
+            first = self._first_visible(p, window)
+            g = self._slots(it.seq.block_table, first, p + n)
+            if window is None:
+                # Causal mask: new token j (position p+j) sees cached positions 0..p+j.
+                mask = torch.full((n, p + n), float("-inf"), dtype=torch.float32).triu_(p + 1)
+            else:
+                # ... and, in a window, only keys k with p+j - window < k.
+                q_pos = torch.arange(p, p + n).unsqueeze(1)
+                k_pos = torch.arange(first, p + n).unsqueeze(0)
+                visible = (k_pos <= q_pos) & (k_pos > q_pos - window)
+                mask = torch.zeros(n, p + n - first).masked_fill_(~visible, float("-inf"))
             spans.append(PrefillSpan(row, row + n, g.to(dev), mask.to(dev)))
             row += n
-            if it.samples:
-                rows[i] = row - 1
-        batch = AttentionBatch(
-            slot_mapping=torch.cat(slot_parts).to(dev),
-            num_decode=len(decode),
-            decode_gather=decode_gather,
-            decode_mask=decode_mask,
-            prefills=spans,
-        )
-        input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
-        positions = torch.tensor(pos, dtype=torch.long, device=dev)
-        return input_ids, positions, batch, rows
+        return AttentionLayout(num_decode=len(decode), decode_gather=decode_gather, decode_mask=decode_mask,
+                               prefills=spans)
 
     @torch.inference_mode()
     def run(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor | None, list[int]]:

@@ -31,7 +31,7 @@ def _onednn_usable(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 class WeightGemm:
-    """`prepare(W)` once at load, then `gemm(x, prepared) -> x @ W.T` (a new dense tensor) on every call."""
+    """`prepare(W)` once at load, then `gemm(x, prepared, bias=None) -> x @ W.T (+ bias)` (a new dense tensor)."""
 
     def __init__(self, device: torch.device, dtype: torch.dtype, *, prefer_onednn: bool = True) -> None:
         self.onednn = prefer_onednn and _onednn_usable(device, dtype)
@@ -41,7 +41,9 @@ class WeightGemm:
         """The weight `[out, in]` in the form `__call__` takes (for torch.mm: its transposed view, no copy)."""
         return weight.to_mkldnn() if self.onednn else weight.t()
 
-    def __call__(self, x: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, prepared: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.onednn:
-            return torch.ops.mkldnn._linear_pointwise(x, prepared, None, "none", [], "")
+            return torch.ops.mkldnn._linear_pointwise(x, prepared, bias, "none", [], "")
+        if bias is not None:
+            return torch.addmm(bias, x, prepared)
         return torch.mm(x, prepared)

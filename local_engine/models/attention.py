@@ -1,0 +1,144 @@
+"""Paged attention over the KV pool: the per-step layout the runner builds, and the per-layer attention function.
+
+The pool is one tensor per layer, `[2 * kv_heads, slots, head_dim]` (key heads, then value heads). The runner
+passes an `AttentionBatch`: where each new token's K/V goes (`slot_mapping`) and, per attention window, which
+cached slots each sequence reads (`AttentionLayout`). Full causal attention is window `None`; a sliding-window
+layer of width W gets a layout whose gathers start at position `p - W + 1`, so it never reads KV outside its
+window (HF's rule: key position k is visible from query position q when `q - W < k <= q`).
+
+Grouped-query attention is computed by a grouped matmul: the query heads sharing a KV head are laid side by
+side, so each cached key/value is read once and KV heads are never repeated. Learned attention sinks
+(gpt-oss) add one logit per head to the softmax's denominator and produce no output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class PrefillSpan:
+    """A sequence feeding several tokens this step: rows [start, end) of the batch."""
+
+    start: int
+    end: int
+    gather: torch.Tensor  # [ctx] cache slots this span's tokens read (its window's positions, in order)
+    mask: torch.Tensor | None  # [n, ctx] additive causal (and window) mask (None when n == 1)
+
+
+@dataclass
+class AttentionLayout:
+    """What one attention window reads this step. Rows [0, num_decode) are one token per sequence."""
+
+    num_decode: int
+    decode_gather: torch.Tensor | None  # [B, Lmax] cache slots each decode row attends to (padded)
+    decode_mask: torch.Tensor | None  # [B, 1, Lmax] additive mask for padding (None when all lengths equal)
+    prefills: list[PrefillSpan]
+
+
+@dataclass
+class AttentionBatch:
+    """Per-step attention layout, shared by all layers: one `AttentionLayout` per window (None = full)."""
+
+    slot_mapping: torch.Tensor  # [T] cache slot of each new token
+    layouts: dict[int | None, AttentionLayout] = field(default_factory=dict)
+
+    # The full-attention layout's fields, for callers that predate windows.
+    @property
+    def num_decode(self) -> int:
+        return next(iter(self.layouts.values())).num_decode
+
+    @property
+    def prefills(self) -> list[PrefillSpan]:
+        return self.layouts[None].prefills
+
+
+AttendFn = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
+
+def softmax_with_sinks(scores: torch.Tensor, sinks: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    """softmax over the last dim in fp32; with sinks, as if each row had one more logit `sink` (dropped after).
+
+    p_i = e^s_i / (sum_j e^s_j + e^sink) = softmax(s)_i * sigmoid(logsumexp(s) - sink).
+    """
+    exact = scores.dtype in (torch.float32, torch.float64)
+    p = torch.softmax(scores, -1) if exact else torch.softmax(scores, -1, torch.float32)
+    if sinks is not None:
+        lse = torch.logsumexp(scores if exact else scores.float(), -1, keepdim=True)
+        p.mul_(torch.sigmoid(lse.sub_(sinks)))
+    return p if p.dtype == out_dtype else p.to(out_dtype)
+
+
+def attention_plan(
+    q: torch.Tensor, layout: AttentionLayout, *, num_heads: int, num_kv_heads: int, head_dim: int,
+) -> AttendFn:
+    """A per-layer attention function `(layer cache [2*KVH, slots, D], sinks [KVH, G] or None) -> [T, H*D]`.
+
+    `q` is the step's query view `[T, H*D]`, already rotated and scaled by 1/sqrt(head_dim). Buffers and views
+    that do not depend on the layer are made here, once per step.
+    """
+    H, KVH, D = num_heads, num_kv_heads, head_dim
+    G = H // KVH
+    nd = layout.num_decode
+    dev, dt = q.device, q.dtype
+
+    decode: AttendFn | None = None
+    if nd:
+        # Batched decode as one grouped matmul over (kv head, sequence): the G query heads of a KV head
+        # share its gathered keys/values, read once; KV heads are never repeated.
+        gather = layout.decode_gather
+        assert gather is not None
+        B, L = gather.shape
+        flat = gather.reshape(-1)
+        kvg = torch.empty(2 * KVH, B * L, D, device=dev, dtype=dt)
+        kg_t = kvg[:KVH].view(KVH * B, L, D).transpose(1, 2)
+        vg = kvg[KVH:].view(KVH * B, L, D)
+        mask = layout.decode_mask
+        od = torch.empty(KVH * B, G, D, device=dev, dtype=dt)
+        qd_one = q[:1].view(KVH, G, D) if B == 1 else None
+        out_one = od.view(1, H * D) if B == 1 else None
+
+        def decode_attention(kvc: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+            torch.index_select(kvc, 1, flat, out=kvg)
+            if qd_one is not None:
+                qd = qd_one
+            else:
+                qd = q[:nd].reshape(B, KVH, G, D).transpose(0, 1).reshape(KVH * B, G, D)
+            scores = torch.bmm(qd, kg_t)
+            if mask is not None:
+                scores = scores.view(KVH, B, G, L).add_(mask).view(KVH * B, G, L)
+            if sinks is None:
+                probs = softmax_with_sinks(scores, None, dt)
+            else:
+                probs = softmax_with_sinks(scores.view(KVH, B, G, L), sinks.view(KVH, 1, G, 1), dt)
+            torch.bmm(probs.view(KVH * B, G, L), vg, out=od)
+            if out_one is not None:
+                return out_one
+            return od.view(KVH, B, G, D).transpose(0, 1).reshape(B, H * D)
+
+        decode = decode_attention
+        if not layout.prefills:
+            return decode
+
+    spans = layout.prefills
+
+    def attend(kvc: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+        outs = [] if decode is None else [decode(kvc, sinks)]
+        for span in spans:
+            n = span.end - span.start
+            ctx = span.gather.shape[0]
+            kvg_p = kvc.index_select(1, span.gather)  # [2*KVH, ctx, D]
+            kg, vg_p = kvg_p[:KVH], kvg_p[KVH:]
+            qp = q[span.start : span.end].reshape(n, KVH, G, D).permute(1, 2, 0, 3).reshape(KVH, G * n, D)
+            scores = torch.bmm(qp, kg.transpose(1, 2)).view(KVH, G, n, ctx)
+            if span.mask is not None:
+                scores = scores.add_(span.mask)
+            probs = softmax_with_sinks(scores, None if sinks is None else sinks.view(KVH, G, 1, 1), dt)
+            o = torch.bmm(probs.view(KVH, G * n, ctx), vg_p).view(KVH, G, n, D)
+            outs.append(o.permute(2, 0, 1, 3).reshape(n, H * D))
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
+
+    return attend

@@ -1,0 +1,313 @@
+"""The decoder every family shares: weights in GEMM-ready form and the forward pass over a paged KV cache.
+
+Written for eager CPU speed as much as for clarity: per-layer weights are plain tensors (q/k/v fused into one
+matrix, gate/up into another, RMSNorm weights folded in), so a dense layer is ~24 tensor ops with no module
+dispatch and no per-layer allocation or view. What a family adds is a branch decided at load, not a cost per
+op for the others: q/k/v and output biases ride in the GEMM call, Qwen3's q/k norm is one in-place op on the
+step's q/k buffer, attention sinks and sliding windows are arguments of the per-step attention plans
+(attention.py), and an MoE layer calls `MoeMlp` (moe.py) instead of the dense SwiGLU.
+
+Eager CPU decode is dominated by per-op dispatch once the weight GEMVs are counted, so:
+- the RMSNorm weights are folded into the columns of the matrix that consumes the norm (qkv, gate_up, the
+  router and every expert), so a norm is 5 small ops and no weight multiply;
+- RoPE is one in-place op on q and k together (rope.py), the attention scale folded into its table;
+- keys and values share one cache tensor, `[layers, 2 * kv_heads, slots, head_dim]`, so a step writes them
+  with one `index_copy_` and gathers them with one `index_select`;
+- residual adds and the SwiGLU product run in place; q/k/v land in one per-step buffer whose views are built
+  once per step, not per layer;
+- weight matmuls go through `WeightGemm` (oneDNN for fp32 on CPU, see gemm.py), weights prepared at load.
+
+Family files subclass `DecoderModel` and set `arch_type` (their config reader); MoE families also say how
+their checkpoint stores experts (`_moe_tensors`). The tensor names are transformers' (`model.layers.N...`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from parley.local_engine.errors import ModelLoadError
+from parley.local_engine.models.arch import DecoderArch
+from parley.local_engine.models.attention import AttendFn, AttentionBatch, attention_plan
+from parley.local_engine.models.gemm import WeightGemm
+from parley.local_engine.models.layers import Checkpoint, rms_normalize, rms_normalize_heads_, swiglu_
+from parley.local_engine.models.moe import MoeMlp, MoeWeights
+from parley.local_engine.models.rope import RotaryTables, interleave_rope_rows
+from parley.local_engine.threads import mkl_set_num_threads_local, omp_set_num_threads
+
+
+def _noop(_: int) -> None:
+    return None
+
+
+@dataclass
+class MoeTensors:
+    """An MoE layer as read from a checkpoint (fp32, CPU), in one layout whatever the family stored:
+    router `[E, hidden]`, gate_up `[E, 2I, hidden]` (gate rows, then up rows), down `[E, hidden, I]`."""
+
+    router: torch.Tensor
+    router_bias: torch.Tensor | None
+    gate_up: torch.Tensor
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor
+    down_bias: torch.Tensor | None
+
+
+@dataclass
+class LayerWeights:
+    """One decoder layer, prepared for `WeightGemm` and on the model's device."""
+
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor
+    o_bias: torch.Tensor | None
+    qk_norm: torch.Tensor | None  # [H + KVH, D]: q_norm for the query heads, k_norm for the key heads
+    sinks: torch.Tensor | None  # [KVH, G] fp32 attention-sink logits
+    window: int | None  # sliding window (None: full causal attention)
+    gate_up: torch.Tensor | None  # dense SwiGLU (None on an MoE layer)
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor | None
+    down_bias: torch.Tensor | None
+    moe: MoeMlp | None
+
+
+class DecoderModel:
+    """Weights + forward. Not an nn.Module: no hooks, no parameter registry, just tensors on one device."""
+
+    arch_type: ClassVar[type[DecoderArch]] = DecoderArch
+    ignored_tensors: ClassVar[tuple[str, ...]] = ()  # regexes of checkpoint tensors the family may leave unread
+
+    def __init__(self, arch: DecoderArch, device: torch.device, dtype: torch.dtype) -> None:
+        """An empty model (no weights yet): `from_hf_state_dict` builds loaded ones."""
+        self.arch = arch
+        self.device = device
+        self.dtype = dtype
+        # Weight matrices exist only in the form the GEMM kernel takes (see gemm.py); no dense copies are kept,
+        # except the embedding table, which the LM head may share (tied) but is looked up densely.
+        self.gemm = WeightGemm(device, dtype)
+        self.q_size = arch.num_heads * arch.head_dim
+        self.kv_size = arch.num_kv_heads * arch.head_dim
+        self.scale = 1.0 / math.sqrt(arch.head_dim)
+        self.complex_rope = dtype in (torch.float32, torch.float64)
+        self.gemm_threads: int | None = None  # CPU threads for weight GEMMs (None: the caller's setting)
+        self.rope = RotaryTables(
+            arch.rope, head_dim=arch.head_dim, num_heads=arch.num_heads, num_kv_heads=arch.num_kv_heads,
+            max_positions=arch.max_position_embeddings, scale=self.scale, complex_form=self.complex_rope,
+            device=device, dtype=dtype,
+        )
+        windows = arch.layer_windows or (None,) * arch.num_layers
+        self.attention_windows: tuple[int | None, ...] = tuple(dict.fromkeys(windows))
+        """The distinct windows the layers use (None = full causal); the runner builds one layout per window."""
+        self.layers: list[LayerWeights] = []
+        self.embed = torch.empty(0)
+        self.lm_head = torch.empty(0)
+        self.norm = torch.empty(0)
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_hf_state_dict(
+        cls, arch: DecoderArch, sd: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype
+    ) -> DecoderModel:
+        """The model from transformers' tensor names; `ModelLoadError` names a missing, misshapen or unused one."""
+        model = cls(arch, device, dtype)
+        ck = Checkpoint(sd, ignore=cls.ignored_tensors)
+        model.layers = [model._load_layer(ck, i) for i in range(arch.num_layers)]
+        a = arch
+        model.embed = model._put(ck.take("model.embed_tokens.weight", (a.vocab_size, a.hidden_size)))
+        if arch.tie_word_embeddings:
+            ck.skip("lm_head.weight")  # transformers' state dicts list the tied head too
+            model.lm_head = model.gemm.prepare(model.embed)
+        else:
+            model.lm_head = model._prep(ck.take("lm_head.weight", (a.vocab_size, a.hidden_size)))
+        model.norm = model._put(ck.take("model.norm.weight", (a.hidden_size,)))
+        ck.finish()
+        return model
+
+    def _put(self, w: torch.Tensor) -> torch.Tensor:
+        return w.to(device=self.device, dtype=self.dtype).contiguous()
+
+    def _prep(self, w: torch.Tensor) -> torch.Tensor:
+        return self.gemm.prepare(self._put(w))
+
+    def _load_layer(self, ck: Checkpoint, i: int) -> LayerWeights:
+        a = self.arch
+        H, KVH, D, hidden = a.num_heads, a.num_kv_heads, a.head_dim, a.hidden_size
+        p = f"model.layers.{i}."
+        q = ck.take(p + "self_attn.q_proj.weight", (H * D, hidden))
+        k = ck.take(p + "self_attn.k_proj.weight", (KVH * D, hidden))
+        v = ck.take(p + "self_attn.v_proj.weight", (KVH * D, hidden))
+        bias = None
+        if a.qkv_bias:
+            qb = ck.take(p + "self_attn.q_proj.bias", (H * D,))
+            kb = ck.take(p + "self_attn.k_proj.bias", (KVH * D,))
+            vb = ck.take(p + "self_attn.v_proj.bias", (KVH * D,))
+        if self.complex_rope:  # rows (and biases, norm weights) to the adjacent-pairs layout RoPE runs in
+            q, k = interleave_rope_rows(q, H, D), interleave_rope_rows(k, KVH, D)
+            if a.qkv_bias:
+                qb, kb = interleave_rope_rows(qb, H, D), interleave_rope_rows(kb, KVH, D)
+        if a.qkv_bias:
+            bias = self._put(torch.cat([qb, kb, vb]))
+        ln1 = ck.take(p + "input_layernorm.weight", (hidden,))
+        qk_norm = None
+        if a.qk_norm:
+            qn = ck.take(p + "self_attn.q_norm.weight", (D,))
+            kn = ck.take(p + "self_attn.k_norm.weight", (D,))
+            if self.complex_rope:
+                qn, kn = interleave_rope_rows(qn, 1, D), interleave_rope_rows(kn, 1, D)
+            qk_norm = self._put(torch.cat([qn.expand(H, D), kn.expand(KVH, D)]))
+        sinks = None
+        if a.attention_sinks:
+            sinks = ck.take(p + "self_attn.sinks", (H,)).view(KVH, H // KVH).to(self.device).contiguous()
+        o = ck.take(p + "self_attn.o_proj.weight", (hidden, H * D))
+        o_bias = self._put(ck.take(p + "self_attn.o_proj.bias", (hidden,))) if a.o_bias else None
+        ln2 = ck.take(p + "post_attention_layernorm.weight", (hidden,))
+        windows = a.layer_windows
+        layer = LayerWeights(
+            qkv=self._prep(torch.cat([q, k, v]) * ln1), qkv_bias=bias, o=self._prep(o), o_bias=o_bias,
+            qk_norm=qk_norm, sinks=sinks, window=windows[i] if windows else None,
+            gate_up=None, gate_up_bias=None, down=None, down_bias=None, moe=None,
+        )
+        if a.moe is not None and (not a.moe_layers or a.moe_layers[i]):
+            layer.moe = self._load_moe(ck, p + "mlp.", ln2)
+            return layer
+        inter = a.intermediate_size
+        gate_up = torch.cat([ck.take(p + "mlp.gate_proj.weight", (inter, hidden)),
+                             ck.take(p + "mlp.up_proj.weight", (inter, hidden))])
+        layer.gate_up = self._prep(gate_up * ln2)
+        layer.down = self._prep(ck.take(p + "mlp.down_proj.weight", (hidden, inter)))
+        if a.mlp_bias:
+            layer.gate_up_bias = self._put(torch.cat([ck.take(p + "mlp.gate_proj.bias", (inter,)),
+                                                      ck.take(p + "mlp.up_proj.bias", (inter,))]))
+            layer.down_bias = self._put(ck.take(p + "mlp.down_proj.bias", (hidden,)))
+        return layer
+
+    def _load_moe(self, ck: Checkpoint, prefix: str, norm_weight: torch.Tensor) -> MoeMlp:
+        spec = self.arch.moe
+        assert spec is not None
+        t = self._moe_tensors(ck, prefix)
+        E = spec.num_experts
+        w = MoeWeights(
+            router=self._prep(t.router * norm_weight),
+            router_bias=None if t.router_bias is None else self._put(t.router_bias),
+            gate_up=[self._prep(t.gate_up[e] * norm_weight) for e in range(E)],
+            gate_up_bias=None if t.gate_up_bias is None else [self._put(t.gate_up_bias[e]) for e in range(E)],
+            down=[self._prep(t.down[e]) for e in range(E)],
+            down_bias=None if t.down_bias is None else [self._put(t.down_bias[e]) for e in range(E)],
+        )
+        return MoeMlp(spec, w, self.gemm)
+
+    def _moe_tensors(self, ck: Checkpoint, prefix: str) -> MoeTensors:
+        """How the family's checkpoint stores an MoE layer (MoE families override this)."""
+        raise ModelLoadError(f"{type(self).__name__} has no mixture-of-experts layers")
+
+    # ------------------------------------------------------------------ cache
+    def new_kv_cache(self, num_slots: int) -> torch.Tensor:
+        """Preallocated pool `[layers, 2 * kv_heads, slots, head_dim]`: key heads, then value heads.
+
+        Head-major so a sequence's gathered keys for one KV head are contiguous `[ctx, head_dim]` rows, the
+        layout a batched matmul reads without copying.
+        """
+        a = self.arch
+        shape = (a.num_layers, 2 * a.num_kv_heads, num_slots, a.head_dim)
+        return torch.zeros(shape, device=self.device, dtype=self.dtype)
+
+    def kv_bytes_per_token(self) -> int:
+        a = self.arch
+        return 2 * a.num_layers * a.num_kv_heads * a.head_dim * torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def layer_weights(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]]:
+        """(qkv, o, gate_up, down) per layer, as the GEMMs take them (gate_up/down None on MoE layers)."""
+        return [(L.qkv, L.o, L.gate_up, L.down) for L in self.layers]
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, batch: AttentionBatch
+    ) -> torch.Tensor:
+        """Hidden states [T, hidden] for the T new tokens; writes their K/V into the cache.
+
+        Every layer puts q/k/v into the same per-step buffer, so the views over it (q, the q/k for RoPE and
+        q/k norm, the new K/V) and the attention plans (one per window) are built once per step.
+
+        On CPU, small steps (decode) run everything but the weight matmuls on one thread (OpenMP and MKL):
+        the fork/join of a parallel region for a tiny op (bmm, softmax, norms) costs more than the op, badly
+        so on a loaded machine (see `threads.py`). The GEMMs get `gemm_threads`.
+        """
+        a = self.arch
+        T = input_ids.shape[0]
+        H, KVH, D = a.num_heads, a.num_kv_heads, a.head_dim
+        qs, kvs = self.q_size, self.kv_size
+        omp = omp_set_num_threads() if self.device.type == "cpu" else None
+        entry_threads = torch.get_num_threads()
+        threads = self.gemm_threads or entry_threads
+        toggle = omp is not None and threads > 1 and T <= 64
+        many: Callable[[int], None] = omp if (omp is not None and toggle) else _noop
+        if omp is not None:
+            omp(1 if toggle else threads)
+        mkl = mkl_set_num_threads_local() if toggle else None  # attention's batched matmuls run in MKL
+        if mkl is not None:
+            mkl(1)
+        eps, inter, gemm = a.rms_norm_eps, a.intermediate_size, self.gemm
+        qkv = torch.empty(T, qs + 2 * kvs, device=self.device, dtype=self.dtype)
+        kv_new = qkv[:, qs:].view(T, 2 * KVH, D).transpose(0, 1)  # [2*KVH, T, D], the cache's layout
+        qk = qkv[:, : qs + kvs]
+        qk_heads = qk.view(T, H + KVH, D)
+        rotate = self.rope.rotation(qk, positions)
+        q = qkv[:, :qs]
+        attends: dict[int | None, AttendFn] = {
+            w: attention_plan(q, layout, num_heads=H, num_kv_heads=KVH, head_dim=D)
+            for w, layout in batch.layouts.items()
+        }
+        slots = batch.slot_mapping
+        residual = self.embed.index_select(0, input_ids)
+        for kvc, L in zip(kv_cache.unbind(0), self.layers, strict=True):
+            h = rms_normalize(residual, eps)
+            many(threads)
+            qkv.copy_(gemm(h, L.qkv, L.qkv_bias))  # into the buffer the step's q/k/v views look at
+            many(1)
+            if L.qk_norm is not None:
+                rms_normalize_heads_(qk_heads, L.qk_norm, eps)
+            rotate()
+            kvc.index_copy_(1, slots, kv_new)
+            attn = attends[L.window](kvc, L.sinks)
+            many(threads)
+            o = gemm(attn, L.o, L.o_bias)
+            many(1)
+            residual.add_(o)
+            h = rms_normalize(residual, eps)
+            if L.moe is not None:
+                residual.add_(L.moe(h, many, threads))
+                continue
+            assert L.gate_up is not None and L.down is not None
+            many(threads)
+            gu = gemm(h, L.gate_up, L.gate_up_bias)
+            many(1)
+            act = swiglu_(gu, inter)
+            many(threads)
+            down = gemm(act, L.down, L.down_bias)
+            many(1)
+            residual.add_(down)
+        if omp is not None:
+            omp(entry_threads)
+        if mkl is not None:
+            mkl(0)  # back to the process-wide count
+        return residual
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """fp32 logits for the given rows of final hidden states (masks and sampling work in fp32)."""
+        h = F.rms_norm(hidden, (hidden.shape[-1],), self.norm, self.arch.rms_norm_eps)
+        threads = self.gemm_threads
+        omp = omp_set_num_threads() if self.device.type == "cpu" else None
+        if omp is None or not threads:
+            return self.gemm(h, self.lm_head).float()
+        entry = torch.get_num_threads()  # the engine thread runs its bookkeeping on one thread (threads.py)
+        omp(threads)
+        try:
+            return self.gemm(h, self.lm_head).float()
+        finally:
+            omp(entry)
