@@ -1,17 +1,22 @@
 """`PromptCodec`: how a local model family's prompts are written and its output read back.
 
-A local turn needs more of a codec than rendering: the ids that end a turn, the tokens a reasoning
-budget forces to close the reasoning block, the text after which an answer grammar starts, the
-text that opens a tool call (where an `auto` tool grammar starts), and how a call is spelt as
-plain text when tools are off. Each rule has one home here, per family, instead of one copy per
-caller. `codec_for(tokenizer)` picks the family from the tokenizer's chat template.
+A local turn needs more of a codec than rendering: the ids that end a turn, how its output is
+parsed into events, how a call is spelt as plain text when tools are off, and the hooks that
+constrain a turn (the grammar, from where it starts, the reasoning budget). Each rule has one home
+here, per family, instead of one copy per caller. `codec_for(tokenizer)` picks the family:
+
+* **Harmony** (gpt-oss: an `o200k_harmony` tokenizer, or ``model_type="gpt_oss"``):
+  `parley.backends.local_harmony.HarmonyPrompts`;
+* otherwise the tokenizer's chat template (`ChatTemplatePrompts`: the ChatML convention, or the
+  model's own template when it renders tools), with the text-marker hook policy of
+  `parley.backends.local_hooks.marker_hooks`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from parley.constrained.hook import THINK_END, TOOL_CALL_OPEN, Trigger
 from parley.constrained.specs import ToolCallFormat
@@ -19,6 +24,21 @@ from parley.protocol import Conversation, Event, ToolCall, ToolSpec
 from parley.protocol.chat_template import THINK_END as THINK_END_TEXT
 from parley.protocol.chat_template import TOOL_CALL_CLOSE, ChatTemplateCodec
 from parley.protocol.chat_template import TOOL_CALL_OPEN as TOOL_CALL_OPEN_TEXT
+from parley.reasoning import Reasoning
+
+if TYPE_CHECKING:
+    from parley.backends.base import ModelRequest
+    from parley.backends.engine_port import EnginePort
+    from parley.backends.local_hooks import TurnHooks
+
+ReasoningArg = Reasoning | bool | None
+"""What `render` takes: the request's `Reasoning` (None: not asked for); a bool means `Reasoning()` / None."""
+
+
+def as_reasoning(reasoning: ReasoningArg) -> Reasoning | None:
+    if isinstance(reasoning, bool):
+        return Reasoning() if reasoning else None
+    return reasoning
 
 
 class OutputParser(Protocol):
@@ -37,31 +57,8 @@ class PromptCodec(Protocol):
         """Ids that end an assistant turn."""
         ...
 
-    @property
-    def reasoning_close_ids(self) -> tuple[int, ...]:
-        """The tokens a spent reasoning budget forces (they close the reasoning block)."""
-        ...
-
-    @property
-    def reasoning_close_text(self) -> str:
-        """Text whose appearance means the model closed its reasoning itself."""
-        ...
-
-    @property
-    def answer_trigger(self) -> Trigger:
-        """After reasoning: where an answer or tool-call grammar starts."""
-        ...
-
-    @property
-    def tool_call_trigger(self) -> Trigger:
-        """Tools on `auto`: the text that opens a call, from where the call grammar applies."""
-        ...
-
-    @property
-    def tool_call_format(self) -> ToolCallFormat: ...
-
-    def render(self, conversation: Conversation, tools: Sequence[ToolSpec], *, reasoning: bool) -> list[int]:
-        """Prompt ids ending in an open assistant turn (inside an open reasoning block when `reasoning`)."""
+    def render(self, conversation: Conversation, tools: Sequence[ToolSpec], *, reasoning: ReasoningArg) -> list[int]:
+        """Prompt ids ending in an open assistant turn (for ChatML, inside an open reasoning block when reasoning)."""
         ...
 
     def parser(self, *, reasoning: bool, call_ids: Callable[[int], str]) -> OutputParser: ...
@@ -70,13 +67,19 @@ class PromptCodec(Protocol):
         """A call the model wrote while tools were off, as the text it wrote."""
         ...
 
+    def build_hooks(self, request: ModelRequest, engine: EnginePort, *, constrain_auto_tools: bool = True) -> TurnHooks:
+        """The engine hooks of a turn: constraint, triggers, reasoning budget (`local_hooks` states the policy)."""
+        ...
+
 
 class ChatTemplatePrompts:
-    """`PromptCodec` over `ChatTemplateCodec` (ChatML convention, or the model's native template)."""
+    """`PromptCodec` over `ChatTemplateCodec` (ChatML convention, or the model's native template).
+
+    Its hooks are the text-marker policy (`local_hooks.marker_hooks`): the answer grammar starts
+    after ``</think>`` when the turn reasons, an `auto` call grammar at ``<tool_call>``.
+    """
 
     tool_call_format: ToolCallFormat = "hermes"
-    answer_trigger: Trigger = THINK_END
-    tool_call_trigger: Trigger = TOOL_CALL_OPEN
     reasoning_close_text: str = THINK_END_TEXT
 
     def __init__(self, codec: ChatTemplateCodec) -> None:
@@ -87,8 +90,17 @@ class ChatTemplatePrompts:
         # grammar starting right after `</think>` is never fed whitespace it does not allow.
         self.reasoning_close_ids = tuple(self.tokenizer.encode("\n" + THINK_END_TEXT, add_special_tokens=False))
 
-    def render(self, conversation: Conversation, tools: Sequence[ToolSpec], *, reasoning: bool) -> list[int]:
-        return list(self.codec.render_ids(conversation, list(tools), open_reasoning=reasoning))
+    def answer_triggers(self, *, reasoning: bool) -> tuple[Trigger, ...]:
+        """Where an answer or a forced call grammar starts: after ``</think>`` when reasoning, else at once."""
+        return (THINK_END,) if reasoning else ()
+
+    def tool_call_triggers(self) -> tuple[Trigger, ...]:
+        """Tools on `auto`: the text that opens a call, from where the call grammar applies."""
+        return (TOOL_CALL_OPEN,)
+
+    def render(self, conversation: Conversation, tools: Sequence[ToolSpec], *, reasoning: ReasoningArg) -> list[int]:
+        opened = as_reasoning(reasoning) is not None
+        return list(self.codec.render_ids(conversation, list(tools), open_reasoning=opened))
 
     def parser(self, *, reasoning: bool, call_ids: Callable[[int], str]) -> OutputParser:
         return self.codec.stream_parser(start_in_reasoning=reasoning, call_ids=call_ids)
@@ -97,7 +109,21 @@ class ChatTemplatePrompts:
         body = f'{{"name": {json.dumps(call.name)}, "arguments": {call.arguments}}}'
         return f"{TOOL_CALL_OPEN_TEXT}{body}{TOOL_CALL_CLOSE}"
 
+    def build_hooks(self, request: ModelRequest, engine: EnginePort, *, constrain_auto_tools: bool = True) -> TurnHooks:
+        from parley.backends.local_hooks import marker_hooks
 
-def codec_for(tokenizer: Any) -> PromptCodec:
-    """The codec for the model family this tokenizer belongs to."""
+        return marker_hooks(request, self, engine, constrain_auto_tools=constrain_auto_tools)
+
+
+HARMONY_MODEL_TYPES = frozenset({"gpt_oss"})
+
+
+def codec_for(tokenizer: Any, *, model_type: str | None = None) -> PromptCodec:
+    """The codec for the model family this tokenizer (and, when known, the model's `model_type`) belongs to."""
+    from parley.backends.harmony_tokenizer import is_harmony_tokenizer
+
+    if model_type in HARMONY_MODEL_TYPES or is_harmony_tokenizer(tokenizer):
+        from parley.backends.local_harmony import HarmonyPrompts
+
+        return HarmonyPrompts(tokenizer)
     return ChatTemplatePrompts(ChatTemplateCodec.for_tokenizer(tokenizer))

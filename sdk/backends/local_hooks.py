@@ -1,10 +1,14 @@
 """The hook policy of a local turn: which grammar constrains it, from when, and the reasoning budget.
 
-Composed per request, from the `ModelRequest` alone (so the SDK and the server cannot differ):
+Composed per request, from the `ModelRequest` alone (so the SDK and the server cannot differ).
+`build_hooks` asks the codec (`PromptCodec.build_hooks`): each family states its own triggers.
+Harmony's policy, which reads channels and recipients from the headers, is in
+`parley.backends.harmony_hooks`; the text-marker policy of chat-template families
+(`marker_hooks`, below) is:
 
 * **reasoning** (`request.reasoning` set): the prompt opens the reasoning block and
   `ReasoningBudgetHook` forces its end after exactly N tokens (`parley.reasoning.local_budget`);
-  every grammar below then starts only after the reasoning ends (the codec's `answer_trigger`);
+  every grammar below then starts only after the reasoning ends (the codec's `answer_triggers`);
 * **tools** offered and ``tool_choice`` not ``"none"``:
   - ``"required"`` or a named tool: the tool-call grammar from the first answer token (an output
     schema does not apply to a forced turn: the answer comes in a later turn);
@@ -12,8 +16,8 @@ Composed per request, from the `ModelRequest` alone (so the SDK and the server c
     (`ToolCalls(answer_schema=...)`), from the first answer token. (ANDing a JSON mask with a call
     grammar instead would silently switch tools off: the JSON mask can never write the call's
     opening tag);
-  - ``"auto"`` alone: free text until the model opens a call, then the call is constrained (with
-    ``constrain_auto_tools=False``, calls are not constrained at all);
+  - ``"auto"`` alone: free text until the model opens a call (the codec's `tool_call_triggers`),
+    then the call is constrained (with ``constrain_auto_tools=False``, calls are not constrained at all);
 * **no tools** (or ``"none"``) and an output schema: the answer is constrained to the schema.
 
 Schemas are checked before anything compiles, and every refusal is a `LocalRequestError` naming
@@ -23,19 +27,22 @@ the request field (``output_schema``, ``tools[2].parameters``...), which the ser
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from parley.backends.base import ModelRequest, NamedToolChoice
 from parley.backends.engine_port import EnginePort
 from parley.backends.errors import LocalRequestError
-from parley.backends.local_codec import PromptCodec
-from parley.constrained import BackendUnavailableError, ConstrainedError, ConstraintHook, compile
+from parley.constrained import BackendUnavailableError, ConstrainedError, ConstraintHook, Matcher, compile
 from parley.constrained.hook import Trigger
-from parley.constrained.specs import JsonSchema, ToolCalls
+from parley.constrained.specs import JsonSchema, Spec, ToolCallFormat, ToolCalls
 from parley.local_engine.hooks import ComposedHook, TokenHook
 from parley.protocol import ToolSpec
 from parley.reasoning import ReasoningBudgetHook, local_budget
+
+if TYPE_CHECKING:
+    from parley.backends.local_codec import PromptCodec
 
 
 @dataclass(frozen=True)
@@ -65,10 +72,45 @@ def callable_tools(request: ModelRequest) -> list[ToolSpec]:
     return list(request.tools)  # "auto" or "required"; none offered: nothing to call
 
 
+class MarkerCodec(Protocol):
+    """What the text-marker policy reads of a codec: its markers, as text, ids and triggers."""
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]: ...
+
+    @property
+    def reasoning_close_ids(self) -> tuple[int, ...]:
+        """The tokens a spent reasoning budget forces (they close the reasoning block)."""
+        ...
+
+    @property
+    def reasoning_close_text(self) -> str:
+        """Text whose appearance means the model closed its reasoning itself."""
+        ...
+
+    @property
+    def tool_call_format(self) -> ToolCallFormat: ...
+
+    def answer_triggers(self, *, reasoning: bool) -> tuple[Trigger, ...]:
+        """Where an answer or a forced call grammar starts (none: from the first token)."""
+        ...
+
+    def tool_call_triggers(self) -> tuple[Trigger, ...]:
+        """Tools on `auto`: the text that opens a call, from where the call grammar applies."""
+        ...
+
+
 def build_hooks(
     request: ModelRequest, codec: PromptCodec, engine: EnginePort, *, constrain_auto_tools: bool = True
 ) -> TurnHooks:
-    """The hooks for `request` on `engine` (see the module docstring for the policy)."""
+    """The hooks for `request` on `engine`, by the codec's own policy."""
+    return codec.build_hooks(request, engine, constrain_auto_tools=constrain_auto_tools)
+
+
+def marker_hooks(
+    request: ModelRequest, codec: MarkerCodec, engine: EnginePort, *, constrain_auto_tools: bool = True
+) -> TurnHooks:
+    """The text-marker policy (see the module docstring)."""
     reasoning = _reasoning_hook(request, codec, engine)
     constraint = _constraint(request, codec, engine, reasoning is not None, constrain_auto_tools)
     hooks: list[TokenHook] = [h for h in (reasoning, constraint) if h is not None]
@@ -80,7 +122,7 @@ def build_hooks(
     return TurnHooks(hook=hook, reasoning=reasoning, constraint=constraint)
 
 
-def _reasoning_hook(request: ModelRequest, codec: PromptCodec, engine: EnginePort) -> ReasoningBudgetHook | None:
+def _reasoning_hook(request: ModelRequest, codec: MarkerCodec, engine: EnginePort) -> ReasoningBudgetHook | None:
     if request.reasoning is None:
         return None
     return ReasoningBudgetHook(
@@ -93,10 +135,10 @@ def _reasoning_hook(request: ModelRequest, codec: PromptCodec, engine: EnginePor
 
 
 def _constraint(
-    request: ModelRequest, codec: PromptCodec, engine: EnginePort, reasoning: bool, constrain_auto_tools: bool
+    request: ModelRequest, codec: MarkerCodec, engine: EnginePort, reasoning: bool, constrain_auto_tools: bool
 ) -> ConstraintHook | None:
     tools = callable_tools(request)
-    triggers: list[Trigger] = [codec.answer_trigger] if reasoning else []
+    triggers: list[Trigger] = list(codec.answer_triggers(reasoning=reasoning))
     spec: JsonSchema | ToolCalls
     field = "output_schema"
     if tools:
@@ -105,11 +147,11 @@ def _constraint(
         if auto and answer is None:
             if not constrain_auto_tools:
                 return None
-            triggers = [codec.tool_call_trigger]
+            triggers = list(codec.tool_call_triggers())
         for tool in tools:
-            _check_schema(tool.parameters, f"tools[{request.tools.index(tool)}].parameters")
+            check_schema(tool.parameters, tool_field(request, tool))
         if answer is not None:
-            _check_schema(answer, "output_schema")
+            check_schema(answer, "output_schema")
         spec = ToolCalls(
             tools,
             allow_multiple=request.parallel_tool_calls is True,
@@ -118,23 +160,32 @@ def _constraint(
         )
         field = "tools"
     elif request.output_schema is not None:
-        _check_schema(request.output_schema, "output_schema")
+        check_schema(request.output_schema, "output_schema")
         spec = JsonSchema(request.output_schema)
     else:
         return None
+    matcher = compile_constraint(spec, engine, codec.stop_token_ids, field)
+    return ConstraintHook(matcher, triggers=triggers)
+
+
+def tool_field(request: ModelRequest, tool: ToolSpec) -> str:
+    """The request field a tool's schema is refused under (``tools[2].parameters``)."""
+    return f"tools[{request.tools.index(tool)}].parameters"
+
+
+def compile_constraint(spec: Spec, engine: EnginePort, stop_token_ids: Sequence[int], field: str) -> Matcher:
+    """`spec` compiled for `engine`; a schema the grammar backends refuse is a `LocalRequestError` on `field`."""
     try:
-        matcher = compile(
-            spec, engine.tokenizer, vocab_size=engine.vocab_size, stop_token_ids=list(codec.stop_token_ids)
-        )
+        return compile(spec, engine.tokenizer, vocab_size=engine.vocab_size, stop_token_ids=list(stop_token_ids))
     except BackendUnavailableError:
         raise  # our installation's fault, not the request's
     except ConstrainedError as exc:
         message = f"{field}: the schema cannot be enforced: {exc}"
         raise LocalRequestError(message, field=field, code="invalid_schema") from exc
-    return ConstraintHook(matcher, triggers=triggers)
 
 
-def _check_schema(schema: dict[str, Any], field: str) -> None:
+def check_schema(schema: dict[str, Any], field: str) -> None:
+    """A `LocalRequestError` on `field` unless `schema` is a valid JSON Schema."""
     import jsonschema
 
     try:

@@ -221,7 +221,7 @@ class LocalTurn:
     # -- preparation: every failure here is the request's -----------------------------------------
     def _render(self) -> list[int]:
         request = self.request
-        ids = self.codec.render(request.conversation, request.tools, reasoning=self.reasoning)
+        ids = self.codec.render(request.conversation, request.tools, reasoning=request.reasoning)
         limit = self.engine.max_model_len
         if len(ids) >= limit:
             raise LocalRequestError(
