@@ -8,7 +8,8 @@ here, per family, instead of one copy per caller. `codec_for(tokenizer)` picks t
 * **Harmony** (gpt-oss: an `o200k_harmony` tokenizer, or ``model_type="gpt_oss"``):
   `parley.backends.local_harmony.HarmonyPrompts`;
 * otherwise the tokenizer's chat template (`ChatTemplatePrompts`: the ChatML convention, or the
-  model's own template when it renders tools), with the text-marker hook policy of
+  model's own template when it renders tools, e.g. Qwen3's hermes ``<tool_call>``s, with its
+  ``enable_thinking`` switch set from the request's reasoning), with the text-marker hook policy of
   `parley.backends.local_hooks.marker_hooks`.
 """
 
@@ -89,6 +90,10 @@ class ChatTemplatePrompts:
         # A spent budget forces "\n</think>" only: the layout after it is the model's, so an answer
         # grammar starting right after `</think>` is never fed whitespace it does not allow.
         self.reasoning_close_ids = tuple(self.tokenizer.encode("\n" + THINK_END_TEXT, add_special_tokens=False))
+        template = getattr(self.tokenizer, "chat_template", None)
+        self.thinking_switch = codec.style == "native" and isinstance(template, str) and "enable_thinking" in template
+        """The model's own template takes `enable_thinking` (Qwen3): it is set from the request's reasoning."""
+        self._switched: dict[bool, ChatTemplateCodec] = {}
 
     def answer_triggers(self, *, reasoning: bool) -> tuple[Trigger, ...]:
         """Where an answer or a forced call grammar starts: after ``</think>`` when reasoning, else at once."""
@@ -100,7 +105,26 @@ class ChatTemplatePrompts:
 
     def render(self, conversation: Conversation, tools: Sequence[ToolSpec], *, reasoning: ReasoningArg) -> list[int]:
         opened = as_reasoning(reasoning) is not None
-        return list(self.codec.render_ids(conversation, list(tools), open_reasoning=opened))
+        return list(self.codec_for(opened).render_ids(conversation, list(tools), open_reasoning=opened))
+
+    def codec_for(self, reasoning: bool) -> ChatTemplateCodec:
+        """The codec that renders a turn with (or without) reasoning.
+
+        A template with an ``enable_thinking`` switch (Qwen3) renders with it set: off, the template
+        writes its own empty ``<think>\n\n</think>\n\n`` block and the model answers at once; on,
+        the prompt ends inside an open ``<think>`` block as for every family.
+        """
+        if not self.thinking_switch:
+            return self.codec
+        codec = self._switched.get(reasoning)
+        if codec is None:
+            view = _TemplateKwargs(self.tokenizer, enable_thinking=reasoning)
+            codec = ChatTemplateCodec(
+                view, style="native", default_system=self.codec.default_system,
+                drop_past_reasoning=self.codec.drop_past_reasoning,
+            )
+            self._switched[reasoning] = codec
+        return codec
 
     def parser(self, *, reasoning: bool, call_ids: Callable[[int], str]) -> OutputParser:
         return self.codec.stream_parser(start_in_reasoning=reasoning, call_ids=call_ids)
@@ -113,6 +137,20 @@ class ChatTemplatePrompts:
         from parley.backends.local_hooks import marker_hooks
 
         return marker_hooks(request, self, engine, constrain_auto_tools=constrain_auto_tools)
+
+
+class _TemplateKwargs:
+    """A tokenizer whose `apply_chat_template` always passes `kwargs` (a template switch such as `enable_thinking`)."""
+
+    def __init__(self, tokenizer: Any, **kwargs: Any) -> None:
+        self._tokenizer = tokenizer
+        self._kwargs = kwargs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
+        return self._tokenizer.apply_chat_template(conversation, **{**self._kwargs, **kwargs})
 
 
 HARMONY_MODEL_TYPES = frozenset({"gpt_oss"})
