@@ -123,11 +123,16 @@ class RunLoop:
                 output = agent.output_spec.parse(answer)
             except OutputInvalid as invalid:
                 state.output_attempts += 1
-                self.missed = f"the answer did not match the output type: {invalid.detail}"
+                cut = (
+                    " (the turn was cut off at the token limit, finish_reason='length'; raise max_tokens)"
+                    if response.finish_reason == "length"
+                    else ""
+                )
+                self.missed = f"the answer did not match the output type: {invalid.detail}{cut}"
                 if state.output_attempts > agent.output_retries:
                     raise OutputValidationError(
                         f"the final answer did not match the output type after {state.output_attempts} attempt(s): "
-                        f"{invalid.detail}",
+                        f"{invalid.detail}{cut}",
                         last_attempt=answer,
                         errors=invalid.detail,
                         attempts=state.output_attempts,
@@ -184,10 +189,10 @@ class RunLoop:
         if plan.answered:
             await self.checkpoint()
             if on_result is not None:
-                repeated = {r.call_id: r for r in plan.repeats}
+                by_call = {r.call_id: r for r in plan.repeats}
                 for result in plan.answered.values():
-                    if result.call_id in repeated:
-                        await self._emit_repeat(repeated[result.call_id])
+                    if result.call_id in by_call:
+                        await self._emit_repeat(by_call[result.call_id])
                     await on_result(result)
         await self.tool_runner.run_batch(
             state, plan.run, self.context, self.checkpoint if self._user_checkpoint else None, on_result

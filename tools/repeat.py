@@ -16,6 +16,7 @@ answered by a person's rejection or an outside result) under a key made of the t
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Literal, TypeAlias
 
@@ -46,6 +47,7 @@ def canonical_arguments(arguments: str) -> str:
         return arguments
 
 
+@functools.lru_cache(maxsize=512)  # a call's key is needed when it is planned and again when it is recorded
 def call_key(tool_name: str, arguments: str) -> str:
     """The identity of a call for the repeat rule: tool name plus canonical arguments."""
     return f"{tool_name}\n{canonical_arguments(arguments)}"

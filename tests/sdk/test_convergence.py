@@ -128,3 +128,9 @@ def test_a_tool_choice_policy_is_still_capped() -> None:
 def test_bad_max_tool_rounds_is_a_configuration_error(bad: object) -> None:
     with pytest.raises(ConfigurationError, match="max_tool_rounds"):
         Agent(ScriptedBackend([]), tools=[step], max_tool_rounds=bad)  # type: ignore[arg-type]
+
+
+def test_an_answer_cut_off_at_the_token_limit_says_so() -> None:
+    cut = ScriptedTurn(text='{"city": "Os', finish_reason="length")
+    with pytest.raises(OutputValidationError, match="cut off at the token limit"):
+        Agent(ScriptedBackend([cut, cut]), output_type=Answer, output_retries=1).run_sync("go")
