@@ -184,9 +184,31 @@ def load_config(folder: Path) -> dict[str, Any]:
     return cfg
 
 
+_INDEX = "model.safetensors.index.json"
+
+
+def safetensors_files(folder: Path) -> list[Path]:
+    """The weight files of a HF folder: the shards its index names (each must exist), else every
+    `*.safetensors` but Mistral's `consolidated*.safetensors` (its own format, beside the HF shards)."""
+    index = folder / _INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ModelLoadError(f"cannot read {index}: {exc}") from exc
+        missing = [n for n in names if not (folder / n).is_file()]
+        if missing:
+            raise ModelLoadError(f"{index} names shard {missing[0]!r}, which is not in {folder}")
+        return [folder / n for n in names]
+    files = sorted(folder.glob("*.safetensors"))
+    hf_files = [f for f in files if not f.name.startswith("consolidated")]
+    return hf_files or files
+
+
 def load_state_dict(folder: Path) -> dict[str, Any]:
     """All tensors of the folder's safetensors (or .bin) files, on the CPU."""
-    files = sorted(folder.glob("*.safetensors"))
+    files = safetensors_files(folder)
     state: dict[str, Any] = {}
     if files:
         from safetensors.torch import load_file

@@ -59,7 +59,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            dict(num_experts=8, num_experts_per_tok=3, moe_intermediate_size=32, norm_topk_prob=False)),
     Family("gpt-oss", transformers.GptOssConfig, transformers.GptOssForCausalLM,
            dict(num_local_experts=8, num_experts_per_tok=2, sliding_window=WINDOW, rope_parameters=YARN_ROPE,
-                num_hidden_layers=4)),
+                num_hidden_layers=4, swiglu_limit=2.0)),  # a low limit, so the clamps bite
 ]}
 
 
@@ -71,10 +71,10 @@ def hf_model(family: str, seed: int = 0, **overrides: Any) -> Any:
     model = f.model(cfg).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() >= 2:
+            if name.endswith(("bias", "sinks")):
+                p.normal_(0.0, 0.5)  # initialised to zero (gpt-oss's expert biases too): make them matter
+            elif p.dim() >= 2:
                 p.mul_(8.0)
-            elif name.endswith("bias") or name.endswith("sinks"):
-                p.normal_(0.0, 0.5)  # initialised to zero: make them matter
             elif "norm" in name:
                 p.uniform_(0.5, 1.5)
     return model

@@ -1,0 +1,183 @@
+"""Loading every family from disk, and failing closed.
+
+- `Engine.from_pretrained` on folders written by HF's own `save_pretrained`: one file or sharded with an
+  index, fp32/bf16/fp16 weights, each family; tokens equal HF's own model loaded from the same folder.
+- Every config field that changes the computation and that parley does not implement is refused at load,
+  naming the field; unknown architectures, missing, misshapen and unused tensors are `ModelLoadError`s
+  naming the tensor or field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.local_engine.families import hf_greedy, hf_logits, hf_model, logits_every_position, parity, prompts_of
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from parley.local_engine import Engine, EngineConfig, ModelLoadError, SamplingParams  # noqa: E402
+from parley.local_engine.models import registry  # noqa: E402
+
+SMALL = EngineConfig(num_kv_blocks=64, block_size=4, max_num_batched_tokens=16)
+
+
+def write_tokenizer(folder: Path) -> None:
+    """A word-level tokenizer over the tiny vocabulary ("t0".."t511"), so the folder is complete."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tk = Tokenizer(models.WordLevel({f"t{i}": i for i in range(512)}, unk_token="t0"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="t1", eos_token="t2", pad_token="t0")
+    fast.save_pretrained(str(folder))
+
+
+def saved(hf: Any, folder: Path, *, dtype: Any = None, shard: str | None = None) -> Path:
+    model = hf if dtype is None else hf.to(dtype)
+    model.save_pretrained(str(folder), **({"max_shard_size": shard} if shard else {}))
+    write_tokenizer(folder)
+    return folder
+
+
+@pytest.mark.parametrize("family", ["llama3", "mistral", "qwen2.5-untied", "qwen3", "qwen3-moe", "gpt-oss"])
+def test_a_save_pretrained_folder_loads_and_matches_hf(tmp_path: Path, family: str) -> None:
+    folder = saved(hf_model(family), tmp_path / family)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    engine = Engine.from_pretrained(folder, device="cpu", dtype="float32", config=SMALL)
+    try:
+        assert engine.model_name == family and 2 in engine.eos_token_ids
+        prompts = prompts_of([9, 30], seed=7)
+        outs = engine.generate(prompts, SamplingParams(max_tokens=16, min_tokens=16))
+        assert [o.token_ids for o in outs] == [hf_greedy(ref, p, 16) for p in prompts]
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_sharded_half_precision_weights_load_through_the_index(tmp_path: Path, dtype: str) -> None:
+    folder = saved(hf_model("qwen2-tied"), tmp_path / "sharded", dtype=getattr(torch, dtype), shard="60KB")
+    shards = sorted(folder.glob("model-*.safetensors"))
+    assert len(shards) > 2 and (folder / "model.safetensors.index.json").is_file()
+    torch.save({}, folder / "unrelated.bin")  # the index decides, not a glob
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    engine = Engine.from_pretrained(folder, device="cpu", dtype="float32", config=SMALL)
+    try:
+        prompt = prompts_of([33], seed=8)[0]
+        abs_diff, rel_diff = parity(logits_every_position(engine.model, prompt, [33]), hf_logits(ref, prompt))
+        assert rel_diff <= 1e-4, (abs_diff, rel_diff)
+    finally:
+        engine.close()
+    shards[1].unlink()
+    with pytest.raises(ModelLoadError, match=shards[1].name):
+        Engine.from_pretrained(folder, device="cpu", dtype="float32", config=SMALL)
+
+
+def test_mistrals_consolidated_file_is_not_read_beside_hf_shards(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    folder = saved(hf_model("mistral"), tmp_path / "mistral")
+    save_file({"layers.0.attention.wq.weight": torch.zeros(4, 4)}, str(folder / "consolidated.safetensors"))
+    engine = Engine.from_pretrained(folder, device="cpu", dtype="float32", config=SMALL)
+    engine.close()
+
+
+# -- failing closed ------------------------------------------------------------------------------------
+def config_of(family: str, **changes: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = hf_model(family).config.to_dict()
+    for key, value in changes.items():
+        if value is _DROP:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    return cfg
+
+
+_DROP = object()
+_ROPE = {"rope_theta": 10000.0}
+
+REFUSED = [
+    ("llama3", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
+    ("qwen3", {"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+    ("llama3", {"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+    ("qwen2-tied", {"hidden_act": "relu"}, "hidden_act 'relu'"),
+    ("llama3", {"rope_parameters": {**_ROPE, "rope_type": "dynamic", "factor": 2.0}}, "rope_type 'dynamic'"),
+    ("qwen3", {"rope_parameters": {**_ROPE, "rope_type": "longrope", "factor": 2.0}}, "rope_type 'longrope'"),
+    ("llama3", {"rope_parameters": {**_ROPE, "rope_type": "default", "partial_rotary_factor": 0.5}},
+     "partial_rotary_factor"),
+    ("qwen2-tied", {"rope_parameters": {**_ROPE, "rope_type": "default", "mrope_section": [2, 3, 3]}},
+     "mrope_section"),
+    ("llama3", {"rope_parameters": {**_ROPE, "rope_type": "yarn", "factor": 4.0}}, "original_max_position_embeddings"),
+    ("llama3", {"rope_parameters": {**_ROPE, "rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 64}}, "low_freq_factor"),
+    ("llama3", {"sliding_window": 16}, "sliding_window"),
+    ("llama3", {"layer_types": ["full_attention", "sliding_attention", "full_attention"]}, "layer_types"),
+    ("mistral", {"layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}, "layer_types"),
+    ("qwen2-tied", {"use_sliding_window": True, "sliding_window": None,
+                    "layer_types": ["sliding_attention"] * 3}, "sliding_window is null"),
+    ("qwen3", {"layer_types": ["chunked_attention"] * 3}, r"layer_types\[0\] = 'chunked_attention'"),
+    ("qwen3-moe", {"shared_expert_intermediate_size": 64}, "shared_expert_intermediate_size"),
+    ("qwen2-tied", {"num_experts": 4}, "num_experts"),
+    ("mistral", {"attention_bias": True}, "attention_bias"),
+    ("qwen2-tied", {"mlp_bias": True}, "mlp_bias"),
+    ("llama3", {"embedding_multiplier": 12.0}, "embedding_multiplier"),
+    ("llama3", {"query_pre_attn_scalar": 64}, "query_pre_attn_scalar"),
+    ("llama3", {"use_qk_norm": True}, "use_qk_norm"),
+    ("llama3", {"no_rope_layers": [1, 0, 1]}, "no_rope_layers"),
+    ("llama3", {"quantization_config": {"quant_method": "bitsandbytes"}}, "quantization_config"),
+    ("gpt-oss", {"quantization_config": {"quant_method": "fp8"}}, "quantization_config"),
+    ("llama3", {"model_type": "gemma2"}, "architecture 'gemma2' is not supported"),
+    ("llama3", {"model_type": _DROP, "architectures": ["MambaForCausalLM"]}, "is not supported"),
+    ("qwen3", {"num_key_value_heads": 3}, "not a multiple"),
+    ("qwen3-moe", {"num_experts_per_tok": 9}, "num_experts_per_tok"),
+    ("gpt-oss", {"layer_types": ["sliding_attention", "full_attention"]}, "describes 2 layers"),
+]
+
+
+@pytest.mark.parametrize(("family", "changes", "match"), REFUSED, ids=[m for _, _, m in REFUSED])
+def test_a_field_parley_does_not_implement_is_refused_naming_it(family: str, changes: dict[str, Any],
+                                                                 match: str) -> None:
+    with pytest.raises(ModelLoadError, match=match):
+        registry.architecture(config_of(family, **changes))
+
+
+def test_refusal_happens_in_from_pretrained_before_the_weights_are_read(tmp_path: Path) -> None:
+    folder = saved(hf_model("mistral"), tmp_path / "m")
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "attn_logit_softcapping": 50.0}))
+    (folder / "model.safetensors").write_bytes(b"never read")
+    with pytest.raises(ModelLoadError, match="attn_logit_softcapping"):
+        Engine.from_pretrained(folder, device="cpu", dtype="float32", config=SMALL)
+
+
+def build(family: str, edit: Any) -> Any:
+    hf = hf_model(family)
+    state = dict(hf.state_dict())
+    edit(state)
+    return registry.build_model(hf.config.to_dict(), state, torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.parametrize(
+    ("family", "edit", "match"),
+    [
+        ("qwen2-tied", lambda sd: sd.pop("model.layers.1.self_attn.k_proj.bias"),
+         "'model.layers.1.self_attn.k_proj.bias' missing"),
+        ("qwen3", lambda sd: sd.pop("model.layers.0.self_attn.q_norm.weight"), "q_norm.weight' missing"),
+        ("gpt-oss", lambda sd: sd.pop("model.layers.2.self_attn.sinks"), "self_attn.sinks' missing"),
+        ("qwen3-moe", lambda sd: sd.update({"model.layers.0.mlp.gate.weight": torch.zeros(7, 64)}),
+         r"'model.layers.0.mlp.gate.weight' has shape \(7, 64\)"),
+        ("qwen2.5-untied", lambda sd: sd.pop("lm_head.weight"), "'lm_head.weight' missing"),
+        ("llama3", lambda sd: sd.update({"model.layers.0.self_attn.q_proj.bias": torch.zeros(64)}),
+         "does not use: 'model.layers.0.self_attn.q_proj.bias'"),
+        ("mistral", lambda sd: sd.update({"model.layers.0.mlp.experts.0.up_proj.weight": torch.zeros(1)}),
+         "does not use: 'model.layers.0.mlp.experts.0.up_proj.weight'"),
+    ],
+    ids=["missing-bias", "missing-qk-norm", "missing-sinks", "router-shape", "untied-head", "unused-bias",
+         "unused-expert"],
+)
+def test_a_missing_misshapen_or_unused_tensor_is_named(family: str, edit: Any, match: str) -> None:
+    with pytest.raises(ModelLoadError, match=match):
+        build(family, edit)
