@@ -71,6 +71,16 @@ CASES = [
         ),
     ),
     Example(
+        "repeat_guard_scripted.py",
+        expected=(
+            "approve? send_report({'to': 'ada@example.com', 'text': '4 C in Oslo'}) -> approved",
+            "repeat: send_report call_2 answered from call_1 (reused)",
+            "tool choice per request: auto, auto, none",  # a round of nothing but repeats: tools off
+            "answer: The Oslo report went to ada@example.com.",
+            "sent: 1 time(s), approvals asked: 1, model requests: 3",
+        ),
+    ),
+    Example(
         "local_structured_answer.py",
         # The facts are the 135M model's business; the shape is guaranteed by the token mask.
         expected=("output type: Capital", 'answer: {"country":"', '","capital":"', "model requests: 1", "cost: 0"),
