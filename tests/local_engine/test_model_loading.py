@@ -181,3 +181,71 @@ def build(family: str, edit: Any) -> Any:
 def test_a_missing_misshapen_or_unused_tensor_is_named(family: str, edit: Any, match: str) -> None:
     with pytest.raises(ModelLoadError, match=match):
         build(family, edit)
+
+
+# -- GGUF ----------------------------------------------------------------------------------------------
+_GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+               "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+
+
+def write_qwen2_gguf(hf: Any, path: Path) -> None:
+    """`hf` as an fp32 GGUF the way llama.cpp lays a Qwen2 out, with a byte-level BPE vocabulary."""
+    gguf = pytest.importorskip("gguf")
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    c = hf.config
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    w.add_name("tiny-qwen2")
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    byte_symbols = list(bytes_to_unicode().values())
+    tokens, merges = list(byte_symbols), []
+    for a in byte_symbols[65:91]:
+        for b in byte_symbols[97:123]:
+            if len(tokens) < c.vocab_size - 2:
+                tokens.append(a + b)
+                merges.append(f"{a} {b}")
+    tokens += ["<|endoftext|>", "<|im_end|>"]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * (len(tokens) - 2) + [3, 3])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(len(tokens) - 2)
+    w.add_eos_token_id(len(tokens) - 1)
+    top = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
+           "model.norm.weight": "output_norm.weight"}
+    for name, tensor in hf.state_dict().items():
+        if name not in top:
+            parts = name.split(".")
+            top[name] = f"blk.{parts[2]}.{_GGUF_NAMES['.'.join(parts[3:-1])]}.{parts[-1]}"
+        w.add_tensor(top[name], tensor.detach().float().numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_a_gguf_round_trip_loads_and_matches_its_hf_twin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path / "cache"))
+    hf = hf_model("qwen2.5-untied")
+    path = tmp_path / "tiny-qwen2.F32.gguf"
+    write_qwen2_gguf(hf, path)
+    engine = Engine.from_pretrained(path, device="cpu", dtype="float32", config=SMALL)
+    try:
+        assert engine.model_name == "tiny-qwen2" and 511 in engine.eos_token_ids
+        prompts = prompts_of([6, 27], seed=9)
+        outs = engine.generate(prompts, SamplingParams(max_tokens=16, min_tokens=16))
+        hf.generation_config.eos_token_id = 511  # the GGUF's end token: both sides mask the same one
+        assert [o.token_ids for o in outs] == [hf_greedy(hf, p, 16) for p in prompts]
+        assert engine.tokenizer.decode(engine.tokenizer.encode("Ab")) == "Ab"
+    finally:
+        engine.close()
