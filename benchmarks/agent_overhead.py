@@ -57,7 +57,8 @@ async def bench_parley(turns: int) -> float:
         return ScriptedTurn(text="done", usage=usage)
 
     agent = Agent(
-        FunctionBackend(model), tools=[lookup], max_turns=turns + 1, usage_limits=UsageLimits(request_limit=None)
+        FunctionBackend(model), tools=[lookup], max_turns=turns + 1, max_tool_rounds=None,
+        usage_limits=UsageLimits(request_limit=None),
     )
     started = time.perf_counter()
     result = await agent.run("go")

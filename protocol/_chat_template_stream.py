@@ -370,8 +370,7 @@ class StreamParser:
             if self._call_started:
                 self._calls_seen += 1  # its index and id were announced: never reuse them
             self._error("invalid_tool_call", f"tool call {index}: {decoded}", out)
-            raw = f"{TOOL_CALL_OPEN}{body}{TOOL_CALL_CLOSE}"
-            self._builder.parts.append(TextPart(text=raw))
+            self._raw_text(f"{TOOL_CALL_OPEN}{body}{TOOL_CALL_CLOSE}", out)
             return
         name, arguments = decoded
         if not self._call_started:
@@ -422,7 +421,7 @@ class StreamParser:
             if self._call_started:
                 self._calls_seen += 1
             self._error("incomplete_tool_call", "message ended inside a <tool_call> block", out)
-            self._builder.parts.append(TextPart(text=TOOL_CALL_OPEN + self._call_buf + self._buf))
+            self._raw_text(TOOL_CALL_OPEN + self._call_buf + self._buf, out)
             self._buf = ""
         elif self._buf:
             self._emit_text(self._buf, out)
@@ -436,6 +435,11 @@ class StreamParser:
         self.messages.append(message)
         out.append(MessageEnd(message=message, finish_reason=finish_reason))
         self._start_new(Role.ASSISTANT, False, opened=False)
+
+    def _raw_text(self, text: str, out: list[Event]) -> None:
+        """A tool call that did not parse stays what the model wrote: text, in the message and the stream."""
+        self._builder.parts.append(TextPart(text=text))
+        out.append(TextDelta(text=text, channel=Channel.FINAL.value if self._is_assistant() else None))
 
     def _error(self, code: str, message: str, out: list[Event]) -> None:
         out.append(ErrorEvent(code=code, message=message))

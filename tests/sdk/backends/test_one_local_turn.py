@@ -226,3 +226,17 @@ async def test_what_each_case_does(tokenizer: Any) -> None:
     assert outcome["stop strings"].text == "one two "
     tools_off = outcome["tools off: a call is text"]
     assert tools_off.calls == [] and '"name": "lookup"' in tools_off.text and tools_off.finish == "stop"
+
+
+async def test_a_call_cut_off_by_max_tokens_stays_text_in_the_stream_and_the_message(tokenizer: Any) -> None:
+    engine = FakeEngine('<tool_call>{"name":"lookup","arguments":{"ci', tokenizer=tokenizer, vocab_size=49152)
+    request = ModelRequest(conversation=Conversation(messages=[Message.user(QUESTION)]), tools=[LOOKUP],
+                           sampling=SamplingSettings(max_tokens=12))
+    events = [event async for event in LocalBackend(engine=engine).stream(request)]
+    from parley.protocol import ErrorEvent, MessageEnd, TextDelta
+
+    (end,) = [e for e in events if isinstance(e, MessageEnd)]
+    streamed = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert end.message.text == streamed and streamed.startswith("<tool_call>")  # never an empty answer
+    assert end.finish_reason == "length" and not end.message.tool_calls
+    assert [e.code for e in events if isinstance(e, ErrorEvent)] == ["incomplete_tool_call"]
