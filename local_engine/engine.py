@@ -413,6 +413,7 @@ class Engine:
             decode_step_s_by_batch=self.timer.by_batch(),
             model_id=self.model_id, device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
             window_blocks_skipped=self.runner.window_blocks_skipped,
+            model_type=getattr(getattr(self.model, "arch", None), "model_type", None),
         )
         return s
 

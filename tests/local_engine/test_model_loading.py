@@ -50,6 +50,7 @@ def test_a_save_pretrained_folder_loads_and_matches_hf(tmp_path: Path, family: s
     engine = Engine.from_pretrained(folder, device="cpu", dtype="float32", config=SMALL)
     try:
         assert engine.model_name == family and 2 in engine.eos_token_ids
+        assert engine.stats()["model_type"] == ref.config.model_type
         prompts = prompts_of([9, 30], seed=7)
         outs = engine.generate(prompts, SamplingParams(max_tokens=16, min_tokens=16))
         assert [o.token_ids for o in outs] == [hf_greedy(ref, p, 16) for p in prompts]

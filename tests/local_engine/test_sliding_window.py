@@ -30,7 +30,7 @@ from parley.local_engine.runner import ModelRunner  # noqa: E402
 from parley.local_engine.scheduler import ScheduledSeq  # noqa: E402
 from parley.local_engine.sequence import Sequence  # noqa: E402
 
-WINDOWED = ["mistral", "qwen2-window", "gpt-oss"]
+WINDOWED = ["mistral", "qwen2-window", "qwen3-moe-window", "gpt-oss"]
 
 
 @pytest.mark.parametrize("family", WINDOWED)
