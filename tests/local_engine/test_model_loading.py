@@ -250,3 +250,77 @@ def test_a_gguf_round_trip_loads_and_matches_its_hf_twin(tmp_path: Path, monkeyp
         assert engine.tokenizer.decode(engine.tokenizer.encode("Ab")) == "Ab"
     finally:
         engine.close()
+
+
+# Shaped like the released checkpoints' config.json files (the fields that matter; no weights needed).
+RELEASED: dict[str, dict[str, Any]] = {
+    "Llama-3.2-1B-Instruct": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", attention_bias=False, attention_dropout=0.0,
+        bos_token_id=128000, eos_token_id=[128001, 128008, 128009], head_dim=64, hidden_act="silu",
+        hidden_size=2048, intermediate_size=8192, max_position_embeddings=131072, mlp_bias=False,
+        num_attention_heads=32, num_hidden_layers=16, num_key_value_heads=8, pretraining_tp=1, rms_norm_eps=1e-05,
+        rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        rope_theta=500000.0, tie_word_embeddings=True, torch_dtype="bfloat16", vocab_size=128256),
+    "Mistral-7B-v0.1": dict(
+        architectures=["MistralForCausalLM"], model_type="mistral", bos_token_id=1, eos_token_id=2,
+        hidden_act="silu", hidden_size=4096, intermediate_size=14336, max_position_embeddings=32768,
+        num_attention_heads=32, num_hidden_layers=32, num_key_value_heads=8, rms_norm_eps=1e-05,
+        rope_theta=10000.0, sliding_window=4096, tie_word_embeddings=False, vocab_size=32000),
+    "Mistral-7B-Instruct-v0.3": dict(
+        architectures=["MistralForCausalLM"], model_type="mistral", hidden_act="silu", hidden_size=4096,
+        intermediate_size=14336, max_position_embeddings=32768, num_attention_heads=32, num_hidden_layers=32,
+        num_key_value_heads=8, rms_norm_eps=1e-05, rope_theta=1000000.0, sliding_window=None, vocab_size=32768),
+    "Qwen2.5-7B-Instruct": dict(
+        architectures=["Qwen2ForCausalLM"], model_type="qwen2", attention_dropout=0.0, bos_token_id=151643,
+        eos_token_id=151645, hidden_act="silu", hidden_size=3584, intermediate_size=18944,
+        max_position_embeddings=32768, max_window_layers=28, num_attention_heads=28, num_hidden_layers=28,
+        num_key_value_heads=4, rms_norm_eps=1e-06, rope_theta=1000000.0, sliding_window=131072,
+        tie_word_embeddings=False, use_sliding_window=False, vocab_size=152064),
+    "Qwen3-8B": dict(
+        architectures=["Qwen3ForCausalLM"], model_type="qwen3", attention_bias=False, head_dim=128,
+        hidden_act="silu", hidden_size=4096, intermediate_size=12288, max_position_embeddings=40960,
+        max_window_layers=36, num_attention_heads=32, num_hidden_layers=36, num_key_value_heads=8,
+        rms_norm_eps=1e-06, rope_scaling=None, rope_theta=1000000, sliding_window=None, use_sliding_window=False,
+        tie_word_embeddings=False, vocab_size=151936),
+    "Qwen3-30B-A3B": dict(
+        architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", attention_bias=False, decoder_sparse_step=1,
+        head_dim=128, hidden_act="silu", hidden_size=2048, intermediate_size=6144, max_position_embeddings=40960,
+        max_window_layers=48, mlp_only_layers=[], moe_intermediate_size=768, norm_topk_prob=True,
+        num_attention_heads=32, num_experts=128, num_experts_per_tok=8, num_hidden_layers=48, num_key_value_heads=4,
+        output_router_logits=False, rms_norm_eps=1e-06, rope_scaling=None, rope_theta=1000000.0,
+        router_aux_loss_coef=0.001, sliding_window=None, use_sliding_window=False, tie_word_embeddings=False,
+        vocab_size=151936),
+    "gpt-oss-20b": dict(
+        architectures=["GptOssForCausalLM"], model_type="gpt_oss", attention_bias=True, eos_token_id=200002,
+        experts_per_token=4, head_dim=64, hidden_act="silu", hidden_size=2880, initial_context_length=4096,
+        intermediate_size=2880, layer_types=["sliding_attention", "full_attention"] * 12,
+        max_position_embeddings=131072, num_attention_heads=64, num_experts_per_tok=4, num_hidden_layers=24,
+        num_key_value_heads=8, num_local_experts=32, pad_token_id=199999,
+        quantization_config={"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                        "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+        rms_norm_eps=1e-05,
+        rope_scaling={"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                      "rope_type": "yarn", "truncate": False},
+        rope_theta=150000, router_aux_loss_coef=0.9, sliding_window=128, swiglu_limit=7.0,
+        tie_word_embeddings=False, vocab_size=201088),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASED))
+def test_the_released_configs_are_accepted_as_transformers_reads_them(name: str) -> None:
+    cfg = RELEASED[name]
+    family, arch = registry.architecture(cfg)
+    hf_cfg = transformers.AutoConfig.for_model(**cfg)  # transformers' own reading of the same fields
+    assert family.__name__.lower().startswith(cfg["model_type"].replace("_", ""))
+    head_dim = getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // hf_cfg.num_attention_heads
+    assert arch.head_dim == head_dim and arch.rope.theta == hf_cfg.rope_parameters["rope_theta"]
+    assert arch.rope.kind == hf_cfg.rope_parameters["rope_type"]
+    types = getattr(hf_cfg, "layer_types", None)
+    window = getattr(hf_cfg, "sliding_window", None)
+    if cfg["model_type"] in ("mistral", "qwen3_moe"):
+        types = ["sliding_attention" if window else "full_attention"] * arch.num_layers  # no layer_types there
+    expect = tuple(window if t == "sliding_attention" else None for t in types) if window else ()
+    assert (arch.layer_windows or ()) == (expect if any(w is not None for w in expect) else ())
+    if arch.moe is not None:
+        assert arch.moe.num_experts == hf_cfg.num_experts and arch.moe.top_k == hf_cfg.num_experts_per_tok
