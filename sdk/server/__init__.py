@@ -11,7 +11,7 @@ import typing as _typing
 _EXPORTS = {
     "ApiError": "parley.server.errors",
     "BackgroundServer": "parley.server.runner",
-    "EnginePort": "parley.backends.engine_port",
+    "EnginePort": "parley.backends.local.engine_port",
     "ServerConfig": "parley.server.config",
     "ServeError": "parley.server.errors",
     "TenantRegistry": "parley.server.tenants",

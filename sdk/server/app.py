@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from parley.backends.engine_port import EnginePort
-from parley.backends.local_codec import PromptCodec, codec_for
+from parley.backends.local.codec import PromptCodec, codec_for
+from parley.backends.local.engine_port import EnginePort
 from parley.server.anthropic_routes import count_tokens, messages
 from parley.server.config import ServerConfig
 from parley.server.context import ServerState, error_response, state_of

@@ -18,8 +18,8 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from parley.backends.engine_port import EnginePort
-from parley.backends.local_codec import PromptCodec
+from parley.backends.local.codec import PromptCodec
+from parley.backends.local.engine_port import EnginePort
 from parley.server.config import ServerConfig
 from parley.server.errors import ApiError, Dialect, ErrorKind, invalid
 from parley.server.metrics import Metrics

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from parley.backends.base import ModelRequest
 from parley.backends.errors import LocalRequestError
-from parley.backends.local_turn import LocalTurn, LogprobChunk, TurnEnd, TurnItem, TurnOptions
+from parley.backends.local.turn import LocalTurn, LogprobChunk, TurnEnd, TurnItem, TurnOptions
 from parley.constrained import BackendUnavailableError
 from parley.local_engine.errors import AdmissionError, InvalidRequestError, RequestAborted
 from parley.protocol import ProtocolError

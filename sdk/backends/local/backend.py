@@ -1,8 +1,8 @@
 """`LocalBackend`: the agent loop over parley's own engine, with constrained tools and answers.
 
-Each request is one `LocalTurn` (`parley.backends.local_turn`, the code `parley serve` runs too):
+Each request is one `LocalTurn` (`parley.backends.local.turn`, the code `parley serve` runs too):
 the model family's codec renders the conversation (content can never produce special tokens),
-the hook policy (`parley.backends.local_hooks`) constrains tool calls and typed answers and
+the hook policy (`parley.backends.local.hooks`) constrains tool calls and typed answers and
 enforces the reasoning budget, the engine streams, and the codec's parser turns tokens back into
 events. The tenant becomes the engine's cache salt (prefix-cache blocks are never shared across
 tenants); `Usage.cache_read_tokens` is the engine's cached prompt tokens, `input_tokens` the rest.
@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from parley.backends.base import BackendCapabilities, ModelRequest, ModelResponse
-from parley.backends.engine_port import EnginePort
-from parley.backends.local_codec import PromptCodec, codec_for
-from parley.backends.local_turn import LocalTurn, LogprobChunk, TurnEnd, TurnOptions
+from parley.backends.local.codec import PromptCodec, codec_for
+from parley.backends.local.engine_port import EnginePort
+from parley.backends.local.turn import LocalTurn, LogprobChunk, TurnEnd, TurnOptions
 from parley.errors import ConfigurationError
 from parley.protocol import Event, Message, MessageEnd, Usage, UsageEvent
 from parley.reasoning import ReasoningBudgetHook
@@ -47,7 +47,7 @@ class LocalBackend:
     """A `Backend` over `parley.local_engine` (default: the embedded SmolLM2-135M-Instruct).
 
     `engine` may be any `EnginePort` (e.g. `parley.local_engine.testing.FakeEngine` in tests);
-    `codec` defaults to the one the model's family needs (`parley.backends.local_codec.codec_for`).
+    `codec` defaults to the one the model's family needs (`parley.backends.local.codec.codec_for`).
     """
 
     def __init__(

@@ -6,11 +6,11 @@ constrain a turn (the grammar, from where it starts, the reasoning budget). Each
 here, per family, instead of one copy per caller. `codec_for(tokenizer)` picks the family:
 
 * **Harmony** (gpt-oss: an `o200k_harmony` tokenizer, or ``model_type="gpt_oss"``):
-  `parley.backends.local_harmony.HarmonyPrompts`;
+  `parley.backends.local.harmony.HarmonyPrompts`;
 * otherwise the tokenizer's chat template (`ChatTemplatePrompts`: the ChatML convention, or the
   model's own template when it renders tools, e.g. Qwen3's hermes ``<tool_call>``s, with its
   ``enable_thinking`` switch set from the request's reasoning), with the text-marker hook policy of
-  `parley.backends.local_hooks.marker_hooks`.
+  `parley.backends.local.hooks.marker_hooks`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from parley.reasoning import Reasoning
 
 if TYPE_CHECKING:
     from parley.backends.base import ModelRequest
-    from parley.backends.engine_port import EnginePort
-    from parley.backends.local_hooks import TurnHooks
+    from parley.backends.local.engine_port import EnginePort
+    from parley.backends.local.hooks import TurnHooks
 
 ReasoningArg = Reasoning | bool | None
 """What `render` takes: the request's `Reasoning` (None: not asked for); a bool means `Reasoning()` / None."""
@@ -69,14 +69,14 @@ class PromptCodec(Protocol):
         ...
 
     def build_hooks(self, request: ModelRequest, engine: EnginePort, *, constrain_auto_tools: bool = True) -> TurnHooks:
-        """The engine hooks of a turn: constraint, triggers, reasoning budget (`local_hooks` states the policy)."""
+        """The engine hooks of a turn: constraint, triggers, reasoning budget (`hooks` states the policy)."""
         ...
 
 
 class ChatTemplatePrompts:
     """`PromptCodec` over `ChatTemplateCodec` (ChatML convention, or the model's native template).
 
-    Its hooks are the text-marker policy (`local_hooks.marker_hooks`): the answer grammar starts
+    Its hooks are the text-marker policy (`hooks.marker_hooks`): the answer grammar starts
     after ``</think>`` when the turn reasons, an `auto` call grammar at ``<tool_call>``.
     """
 
@@ -134,7 +134,7 @@ class ChatTemplatePrompts:
         return f"{TOOL_CALL_OPEN_TEXT}{body}{TOOL_CALL_CLOSE}"
 
     def build_hooks(self, request: ModelRequest, engine: EnginePort, *, constrain_auto_tools: bool = True) -> TurnHooks:
-        from parley.backends.local_hooks import marker_hooks
+        from parley.backends.local.hooks import marker_hooks
 
         return marker_hooks(request, self, engine, constrain_auto_tools=constrain_auto_tools)
 
@@ -158,10 +158,10 @@ HARMONY_MODEL_TYPES = frozenset({"gpt_oss"})
 
 def codec_for(tokenizer: Any, *, model_type: str | None = None) -> PromptCodec:
     """The codec for the model family this tokenizer (and, when known, the model's `model_type`) belongs to."""
-    from parley.backends.harmony_tokenizer import is_harmony_tokenizer
+    from parley.backends.local.harmony_tokenizer import is_harmony_tokenizer
 
     if model_type in HARMONY_MODEL_TYPES or is_harmony_tokenizer(tokenizer):
-        from parley.backends.local_harmony import HarmonyPrompts
+        from parley.backends.local.harmony import HarmonyPrompts
 
         return HarmonyPrompts(tokenizer)
     return ChatTemplatePrompts(ChatTemplateCodec.for_tokenizer(tokenizer))

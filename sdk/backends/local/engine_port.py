@@ -1,7 +1,7 @@
 """What a local turn needs of an engine: the narrow, typed seam `parley.local_engine.Engine` satisfies.
 
 The SDK's `LocalBackend` and the server's routes both drive the engine through this port (one
-local turn, `parley.backends.local_turn`), so a fake engine (`parley.local_engine.testing`) can
+local turn, `parley.backends.local.turn`), so a fake engine (`parley.local_engine.testing`) can
 stand in for the real one in tests of either. Deltas are the engine's own `StreamDelta`s and hooks
 the engine's `TokenHook`s: mypy sees the whole path from a request to the tokens.
 """

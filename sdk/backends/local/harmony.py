@@ -15,7 +15,7 @@ strings kept as plain text, so they equal `parley.protocol.harmony`'s rendering 
 vocabulary. A turn ends at ``<|return|>`` (the final answer) or ``<|call|>`` (a tool call); its
 output is read by `harmony.StreamParser`: analysis is reasoning, a ``functions.x`` recipient a tool
 call, ``final`` the answer text (a ``commentary`` preamble is not part of the answer). The hooks
-are `parley.backends.harmony_hooks`.
+are `parley.backends.local.harmony_hooks`.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from parley.reasoning import Reasoning
 
 if TYPE_CHECKING:
     from parley.backends.base import ModelRequest
-    from parley.backends.engine_port import EnginePort
-    from parley.backends.local_codec import OutputParser, ReasoningArg
-    from parley.backends.local_hooks import TurnHooks
+    from parley.backends.local.codec import OutputParser, ReasoningArg
+    from parley.backends.local.engine_port import EnginePort
+    from parley.backends.local.hooks import TurnHooks
 
 __all__ = ["HarmonyPrompts", "harmony_effort", "ordinary_token_bytes"]
 
@@ -137,12 +137,13 @@ class HarmonyPrompts:
     stop_token_ids: tuple[int, ...] = (RETURN_ID, CALL_ID)
 
     def __init__(self, tokenizer: Any, *, system: harmony.SystemContent | None = None) -> None:
-        from parley.backends.harmony_tokenizer import is_harmony_tokenizer
+        from parley.backends.local.harmony_tokenizer import is_harmony_tokenizer
 
         if not is_harmony_tokenizer(tokenizer):
             raise CodecConfigError(
                 "Harmony prompts need an o200k_harmony tokenizer (<|channel|>, <|start|>, <|message|> at their "
-                "Harmony ids): the checkpoint's own, or parley.backends.harmony_tokenizer.o200k_harmony_tokenizer()"
+                "Harmony ids): the checkpoint's own, or "
+                "parley.backends.local.harmony_tokenizer.o200k_harmony_tokenizer()"
             )
         self.tokenizer = tokenizer
         self.system = system if system is not None else harmony.SystemContent()
@@ -172,7 +173,7 @@ class HarmonyPrompts:
         self, conversation: Conversation, tools: Sequence[ToolSpec], *, reasoning: ReasoningArg
     ) -> harmony.RenderedPrompt:
         """The prompt as Harmony pieces (what `render` encodes)."""
-        from parley.backends.local_codec import as_reasoning
+        from parley.backends.local.codec import as_reasoning
 
         system = self.system_content(as_reasoning(reasoning))
         return harmony.render_conversation_for_completion(conversation, system=system, tools=list(tools))
@@ -189,6 +190,6 @@ class HarmonyPrompts:
         return f"<|channel|>{channel} to={recipient} <|constrain|>json<|message|>{call.arguments}<|call|>"
 
     def build_hooks(self, request: ModelRequest, engine: EnginePort, *, constrain_auto_tools: bool = True) -> TurnHooks:
-        from parley.backends.harmony_hooks import harmony_hooks
+        from parley.backends.local.harmony_hooks import harmony_hooks
 
         return harmony_hooks(request, self, engine, constrain_auto_tools=constrain_auto_tools)

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from parley.backends.base import ModelRequest
-from parley.backends.engine_port import EnginePort
-from parley.backends.local_hooks import TurnHooks, callable_tools, check_schema, compile_constraint, tool_field
+from parley.backends.local.engine_port import EnginePort
+from parley.backends.local.hooks import TurnHooks, callable_tools, check_schema, compile_constraint, tool_field
 from parley.constrained import ConstraintHook
 from parley.constrained.specs import JsonSchema
 from parley.protocol import ToolSpec, harmony
@@ -55,7 +55,7 @@ from parley.reasoning import ReasoningBudgetHook, local_budget
 if TYPE_CHECKING:
     import torch
 
-    from parley.backends.local_harmony import HarmonyPrompts
+    from parley.backends.local.harmony import HarmonyPrompts
 
 __all__ = ["HarmonyTurnHook", "harmony_hooks"]
 

@@ -3,7 +3,7 @@
 Composed per request, from the `ModelRequest` alone (so the SDK and the server cannot differ).
 `build_hooks` asks the codec (`PromptCodec.build_hooks`): each family states its own triggers.
 Harmony's policy, which reads channels and recipients from the headers, is in
-`parley.backends.harmony_hooks`; the text-marker policy of chat-template families
+`parley.backends.local.harmony_hooks`; the text-marker policy of chat-template families
 (`marker_hooks`, below) is:
 
 * **reasoning** (`request.reasoning` set): the prompt opens the reasoning block and
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from parley.backends.base import ModelRequest, NamedToolChoice
-from parley.backends.engine_port import EnginePort
 from parley.backends.errors import LocalRequestError
+from parley.backends.local.engine_port import EnginePort
 from parley.constrained import BackendUnavailableError, ConstrainedError, ConstraintHook, Matcher, compile
 from parley.constrained.hook import Trigger
 from parley.constrained.specs import JsonSchema, Spec, ToolCallFormat, ToolCalls
@@ -42,7 +42,7 @@ from parley.protocol import ToolSpec
 from parley.reasoning import ReasoningBudgetHook, local_budget
 
 if TYPE_CHECKING:
-    from parley.backends.local_codec import PromptCodec
+    from parley.backends.local.codec import PromptCodec
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """One assistant turn on the local engine: the code `LocalBackend` and `parley serve` share.
 
 A `ModelRequest` (plus the few things only a server sends: request id, deadline, logprobs) is
-rendered by the model family's codec, constrained by the hook policy (`local_hooks`), mapped to
+rendered by the model family's codec, constrained by the hook policy (`hooks`), mapped to
 `SamplingParams`, streamed from the engine and parsed back into `parley.protocol` events, closed
 by one `TurnEnd` carrying the assistant message and the token figures. Every rule lives here once:
 
@@ -31,10 +31,10 @@ from decimal import Decimal
 from typing import Literal
 
 from parley.backends.base import ModelRequest
-from parley.backends.engine_port import EnginePort
 from parley.backends.errors import LocalRequestError
-from parley.backends.local_codec import PromptCodec
-from parley.backends.local_hooks import TurnHooks, build_hooks, callable_tools
+from parley.backends.local.codec import PromptCodec
+from parley.backends.local.engine_port import EnginePort
+from parley.backends.local.hooks import TurnHooks, build_hooks, callable_tools
 from parley.local_engine.config import SamplingParams
 from parley.local_engine.outputs import StreamDelta, TokenLogprob
 from parley.protocol import (

@@ -18,9 +18,9 @@ from pydantic import BaseModel
 from parley import Agent, Reasoning, RunState, tool
 from parley.backends import LocalBackend, ModelRequest, NamedToolChoice, SamplingSettings
 from parley.backends.base import ToolChoice
-from parley.backends.harmony_hooks import HarmonyTurnHook
-from parley.backends.local_codec import ChatTemplatePrompts, codec_for
-from parley.backends.local_harmony import HarmonyPrompts
+from parley.backends.local.codec import ChatTemplatePrompts, codec_for
+from parley.backends.local.harmony import HarmonyPrompts
+from parley.backends.local.harmony_hooks import HarmonyTurnHook
 from parley.local_engine.testing import ByteTokenizer, FakeEngine
 from parley.protocol import Conversation, Message, ToolCall, ToolSpec, harmony
 from parley.protocol.errors import CodecConfigError, VocabularyUnavailableError
@@ -44,7 +44,7 @@ FINAL = '<|channel|>final<|message|>{"temp_c":4}<|return|>'
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
-    from parley.backends.harmony_tokenizer import o200k_harmony_tokenizer, tokenizer_cache_path
+    from parley.backends.local.harmony_tokenizer import o200k_harmony_tokenizer, tokenizer_cache_path
 
     if harmony.vocabulary_path() is None and not tokenizer_cache_path().is_file():
         searched = ", ".join(str(p) for p in harmony.vocabulary_candidates())
