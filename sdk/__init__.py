@@ -11,6 +11,7 @@ from parley.protocol import Conversation, Message, Role, ToolCall, ToolResult, T
 from parley.reasoning import Reasoning
 from parley.result import RunResult
 from parley.run_state import Interruption, RepeatedCall, RunState
+from parley.sessions import MemorySession, Session, SQLAlchemySession, SQLiteSession
 from parley.tools import Tool, ToolContext, tool
 from parley.usage_limits import UsageLimits
 
@@ -19,6 +20,7 @@ __all__ = [
     "CachePolicy",
     "Conversation",
     "Interruption",
+    "MemorySession",
     "Message",
     "ParleyError",
     "Reasoning",
@@ -26,6 +28,9 @@ __all__ = [
     "Role",
     "RunResult",
     "RunState",
+    "SQLAlchemySession",
+    "SQLiteSession",
+    "Session",
     "Tool",
     "ToolCall",
     "ToolContext",

@@ -36,6 +36,8 @@ from parley.protocol import Conversation, Message, MessageEnd, Role, ToolCall, T
 from parley.protocol.events import ToolCallRepeated
 from parley.result import RunResult
 from parley.run_state import RepeatedCall, RunState
+from parley.sessions import Session
+from parley.sessions._run import commit_turn, load_history
 from parley.tools import ToolContext, call_key
 
 if TYPE_CHECKING:
@@ -55,8 +57,12 @@ class RunLoop:
         checkpoint: CheckpointFn | None,
         emit: EventSink | None,
         deps: Any = None,
+        session: Session | None = None,
     ) -> None:
         self.agent = agent
+        self.session = session
+        self.history: list[Message] = []
+        """The session's items before this run's turn: shown to the model, never put in the state."""
         self.state = state
         self.emit = emit
         self._user_checkpoint = checkpoint
@@ -77,8 +83,12 @@ class RunLoop:
 
     async def run(self) -> RunResult[Any]:
         agent, state = self.agent, self.state
+        if self.session is not None:
+            self.history = await load_history(self.session)
+            self.seen_ids |= {c.id for m in self.history for c in m.tool_calls}
         if state.status == "complete" and not state.queued_input and not state.batch:
             # nothing new to do: a finished state resumed without input returns its answer again
+            await commit_turn(self.session, state)  # (once per trace id: a no-op if already written)
             return self._result(agent.output_spec.load(state.output), paused=False)
         state.status = "running"
         while True:
@@ -143,6 +153,7 @@ class RunLoop:
             state.status = "complete"
             state.output = agent.output_spec.dump(output)
             await self.checkpoint()
+            await commit_turn(self.session, state)  # the whole turn, one transaction, after the last checkpoint
             return self._result(output, paused=False)
 
     async def _refuse(self, calls: list[ToolCall]) -> None:
@@ -256,7 +267,7 @@ class RunLoop:
         agent, state = self.agent, self.state
         choice = agent.tool_choice
         if callable(choice):
-            choice = choice(state.messages)
+            choice = choice([*self.history, *state.messages])
         self.tools_off = None
         if agent.tool_specs and choice != "none":
             if agent.max_tool_rounds is not None and state.tool_rounds >= agent.max_tool_rounds:
@@ -281,8 +292,8 @@ class RunLoop:
     def _conversation(self) -> list[Message]:
         instructions = self.agent.system_prompt
         if instructions:
-            return [Message.system(instructions), *self.state.messages]
-        return list(self.state.messages)
+            return [Message.system(instructions), *self.history, *self.state.messages]
+        return [*self.history, *self.state.messages]
 
     def _result(self, output: Any, *, paused: bool) -> RunResult[Any]:
         return RunResult(

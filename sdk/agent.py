@@ -31,6 +31,8 @@ from parley.protocol import Conversation, Event, Message, Role
 from parley.reasoning import Reasoning
 from parley.result import RunResult
 from parley.run_state import RunState
+from parley.sessions import Session
+from parley.sessions._run import check_session_run
 from parley.usage_limits import UsageLimits
 
 OutputT = TypeVar("OutputT")
@@ -174,14 +176,20 @@ class Agent(Generic[OutputT]):
         tenant: str | None = None,
         checkpoint: CheckpointFn | None = None,
         deps: Any = None,
+        session: Session | None = None,
     ) -> RunResult[OutputT]:
         """Run until a final answer or a pause. `checkpoint(state)` is called at every durable point.
 
         With `state`, the run resumes where it paused (decisions taken on `state` apply); `input`
         then adds a user message (after the open batch's results, never between a call and its
-        result). `deps` reaches tools as `ToolContext.deps`.
+        result). `deps` reaches tools as `ToolContext.deps`. With `session`, the model also sees the
+        session's history, and the run's whole turn is appended to it in one transaction when the
+        run completes (never at a pause: resume with the same session; see `parley.sessions`).
         """
-        loop = RunLoop(self, self._start(input, state, tenant), checkpoint=checkpoint, emit=None, deps=deps)
+        check_session_run(session, state, input)
+        loop = RunLoop(
+            self, self._start(input, state, tenant), checkpoint=checkpoint, emit=None, deps=deps, session=session
+        )
         result: RunResult[OutputT] = await loop.run()
         return result
 
@@ -193,9 +201,12 @@ class Agent(Generic[OutputT]):
         tenant: str | None = None,
         checkpoint: CheckpointFn | None = None,
         deps: Any = None,
+        session: Session | None = None,
     ) -> RunResult[OutputT]:
         """`run` for code without an event loop."""
-        return asyncio.run(self.run(input, state=state, tenant=tenant, checkpoint=checkpoint, deps=deps))
+        return asyncio.run(
+            self.run(input, state=state, tenant=tenant, checkpoint=checkpoint, deps=deps, session=session)
+        )
 
     async def run_stream(
         self,
@@ -205,6 +216,7 @@ class Agent(Generic[OutputT]):
         tenant: str | None = None,
         checkpoint: CheckpointFn | None = None,
         deps: Any = None,
+        session: Session | None = None,
     ) -> AsyncIterator[Event | RunResult[OutputT]]:
         """Yield the run's events as they happen (model deltas, tool results as tool `MessageEnd`s),
         then the `RunResult` as the last item."""
@@ -214,7 +226,10 @@ class Agent(Generic[OutputT]):
         async def emit(event: Any) -> None:
             await queue.put(event)
 
-        loop = RunLoop(self, self._start(input, state, tenant), checkpoint=checkpoint, emit=emit, deps=deps)
+        check_session_run(session, state, input)
+        loop = RunLoop(
+            self, self._start(input, state, tenant), checkpoint=checkpoint, emit=emit, deps=deps, session=session
+        )
 
         async def drive() -> RunResult[Any]:
             try:

@@ -1,0 +1,45 @@
+"""Sessions: a conversation's history kept between runs, in a database.
+
+    from parley import Agent, SQLiteSession
+
+    session = SQLiteSession("user-42", "chats.db")
+    await agent.run("My name is Ada.", session=session)
+    result = await agent.run("What is my name?", session=session)   # the model sees the first turn
+
+Stores: `SQLiteSession` (the default: stdlib sqlite3, WAL, safe for several processes),
+`MemorySession` (tests), `SQLAlchemySession` (PostgreSQL, MySQL... through SQLAlchemy; the ``sql``
+extra). Each implements the `Session` protocol (the OpenAI Agents SDK's: `get_items`, `add_items`,
+`pop_item`, `clear_session`, async; parley's stores add sync twins such as `get_items_sync`); write
+your own against it.
+
+What ``agent.run(input, session=s)`` does (also `run_sync` and `run_stream`):
+
+* **Before the run** it reads the session; the model sees the instructions, then the session's
+  items, then the run's own messages. The history is not copied into the `RunState`: a state
+  (and every checkpoint of it) holds only the turn in flight.
+* **A turn is written whole, once, at the end.** When the run completes, every message of the
+  turn (the user input, the model's turns, tool calls and results, repair prompts, the answer) is
+  appended in one transaction, with the run's trace id as turn id. A run that fails (an error,
+  `MaxTurnsExceeded`, a crash, SIGKILL) writes nothing: what the session held stays intact, and
+  there is never half a turn in it (never a tool call without its result).
+* **A paused run writes nothing.** Its turn lives in the `RunState` (save it, or use
+  ``checkpoint=``); resume with ``agent.run(state=state, session=s)``, in this or another process.
+  The resumed run reads the session afresh (turns other runs completed meanwhile come before this
+  one's, in the session and in what the model sees) and writes the whole turn when it completes.
+  Resume with the same session: a state does not record which session it belongs to, and without
+  one the model would see only the turn.
+* **At most once.** Writing is idempotent by trace id: resuming the same state twice (two
+  processes, or a retry after a crash between the final checkpoint and the write) or running a
+  completed state again writes the turn once. If the write itself failed, run the completed state
+  again with the session to write it. A completed state cannot take new input with a session: the
+  next turn is a new run (``agent.run(input, session=s)``).
+* Concurrent runs on one session each append their own whole turn, in commit order; a run does not
+  see a turn that another run commits while it is running.
+"""
+
+from parley.sessions.base import Session, SessionStore
+from parley.sessions.memory import MemorySession
+from parley.sessions.sqlalchemy_session import SQLAlchemySession
+from parley.sessions.sqlite import SQLiteSession
+
+__all__ = ["MemorySession", "SQLAlchemySession", "SQLiteSession", "Session", "SessionStore"]

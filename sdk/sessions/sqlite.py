@@ -1,0 +1,202 @@
+"""`SQLiteSession`: the default store, a SQLite file (stdlib `sqlite3`, run in a worker thread).
+
+    session = SQLiteSession("user-42", "chats.db")
+    result = await agent.run("Hi!", session=session)
+
+One row per message (the envelope's JSON), in three tables shared with `SQLAlchemySession`
+(`SCHEMA`), so either store reads what the other wrote. The database is in WAL mode (readers never
+wait for the writer) with ``synchronous=FULL`` (a committed turn survives a crash of the process or
+of the machine). Every write is one ``BEGIN IMMEDIATE`` transaction that takes the write lock
+before it reads anything, and waits up to `busy_timeout_s` for a writer in another thread or
+process: several processes may append to the same session at once, and each append lands whole,
+after the others, never interleaved with them.
+
+``db_path=":memory:"`` (the default, as in the OpenAI Agents SDK) keeps the database in this object
+only; give a file path to keep it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from parley.errors import ConfigurationError
+from parley.protocol import BlobStore, Message
+from parley.sessions.base import SessionStore
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS parley_sessions (
+    session_id VARCHAR(255) NOT NULL PRIMARY KEY,
+    created_at FLOAT NOT NULL,
+    updated_at FLOAT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS parley_messages (
+    session_id VARCHAR(255) NOT NULL,
+    seq INTEGER NOT NULL,
+    turn_id VARCHAR(255),
+    message_json TEXT NOT NULL,
+    created_at FLOAT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS parley_turns (
+    session_id VARCHAR(255) NOT NULL,
+    turn_id VARCHAR(255) NOT NULL,
+    created_at FLOAT NOT NULL,
+    PRIMARY KEY (session_id, turn_id)
+);
+"""
+"""The tables: sessions, messages (ordered by ``seq`` within a session; ``turn_id`` names the turn a
+row was written with), and the turn ids written (what makes ``add_items(turn_id=...)`` happen once)."""
+
+
+class SQLiteSession(SessionStore):
+    """A session in a SQLite database file (see the module docstring)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        db_path: str | os.PathLike[str] = ":memory:",
+        *,
+        busy_timeout_s: float = 30.0,
+        blobs: BlobStore | None = None,
+    ) -> None:
+        super().__init__(session_id, blobs=blobs)
+        if isinstance(busy_timeout_s, bool) or not isinstance(busy_timeout_s, int | float) or busy_timeout_s < 0:
+            raise ConfigurationError(f"busy_timeout_s must be a non-negative number, not {busy_timeout_s!r}")
+        self.db_path = str(db_path) if str(db_path) == ":memory:" else str(Path(db_path))
+        self.busy_timeout_s = float(busy_timeout_s)
+        self._lock = threading.Lock()  # one connection per object, used by one thread at a time
+        try:
+            self._conn: sqlite3.Connection | None = self._open()
+        except sqlite3.Error as exc:
+            raise ConfigurationError(f"cannot open the session database {self.db_path!r}: {exc}") from None
+
+    def _open(self) -> sqlite3.Connection:
+        # isolation_level=None: no implicit transactions; every write opens its own BEGIN IMMEDIATE
+        conn = sqlite3.connect(
+            self.db_path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")  # persistent in the file; 'memory' for :memory:
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @property
+    def journal_mode(self) -> str:
+        """The database's journal mode: ``wal`` for a file (``memory`` for ``:memory:``)."""
+        with self._lock:
+            return str(self._connection().execute("PRAGMA journal_mode").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the connection (the data stays in the file; a closed session refuses further calls)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> SQLiteSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise ConfigurationError(f"{self!r} is closed")
+        return self._conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, holding the database's write lock from its first statement."""
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")  # waits up to busy_timeout_s for another writer
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    # -- operations -------------------------------------------------------------------------------------
+    def _read(self, limit: int | None) -> list[str]:
+        with self._lock:
+            conn = self._connection()
+            if limit is None:
+                rows = conn.execute(
+                    "SELECT message_json FROM parley_messages WHERE session_id = ? ORDER BY seq", (self.session_id,)
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    "SELECT message_json FROM (SELECT seq, message_json FROM parley_messages WHERE session_id = ?"
+                    " ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+                    (self.session_id, limit),
+                ).fetchall()
+        return [row[0] for row in rows]
+
+    def _append(self, rows: list[str], turn_id: str | None) -> bool:
+        now = time.time()
+        with self._write() as conn:
+            if turn_id is not None:
+                seen = conn.execute(
+                    "SELECT 1 FROM parley_turns WHERE session_id = ? AND turn_id = ?", (self.session_id, turn_id)
+                ).fetchone()
+                if seen is not None:
+                    return False
+                conn.execute(
+                    "INSERT INTO parley_turns (session_id, turn_id, created_at) VALUES (?, ?, ?)",
+                    (self.session_id, turn_id, now),
+                )
+            touched = conn.execute(
+                "UPDATE parley_sessions SET updated_at = ? WHERE session_id = ?", (now, self.session_id)
+            )
+            if touched.rowcount == 0:
+                conn.execute(
+                    "INSERT INTO parley_sessions (session_id, created_at, updated_at) VALUES (?, ?, ?)",
+                    (self.session_id, now, now),
+                )
+            last = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM parley_messages WHERE session_id = ?", (self.session_id,)
+            ).fetchone()[0]
+            conn.executemany(
+                "INSERT INTO parley_messages (session_id, seq, turn_id, message_json, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(self.session_id, last + i, turn_id, row, now) for i, row in enumerate(rows, start=1)],
+            )
+        return True
+
+    def _pop(self, load: Callable[[str], Message]) -> Message | None:
+        with self._write() as conn:
+            row: Any = conn.execute(
+                "SELECT seq, message_json FROM parley_messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+                (self.session_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            message = load(row[1])  # a row that does not load stays where it is
+            conn.execute("DELETE FROM parley_messages WHERE session_id = ? AND seq = ?", (self.session_id, row[0]))
+        return message
+
+    def _clear(self) -> None:
+        with self._write() as conn:
+            for table in ("parley_messages", "parley_turns", "parley_sessions"):
+                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (self.session_id,))
