@@ -58,8 +58,11 @@ class RunLoop:
         emit: EventSink | None,
         deps: Any = None,
         session: Session | None = None,
+        tracer: Any = None,
     ) -> None:
         self.agent = agent
+        self.tracer = tracer
+        """A `parley.tracing` run tracer, or None (not traced: no tracing code runs)."""
         self.session = session
         self.history: list[Message] = []
         """The session's items before this run's turn: shown to the model, never put in the state."""
@@ -68,7 +71,7 @@ class RunLoop:
         self._user_checkpoint = checkpoint
         self.context = ToolContext(tenant=state.tenant, run_id=state.trace_id, deps=deps)
         # one executor per run: its in-flight dedup by call id must never join two runs' calls
-        self.tool_runner = ToolRunner(agent.tools)
+        self.tool_runner = ToolRunner(agent.tools, agent.toolsets, tracer)
         self.seen_ids = {c.id for m in state.messages for c in m.tool_calls} | {c.id for c in state.batch}
         self.tools_off: str | None = None
         """Why the current request has tools off (None: it has them as the agent says)."""
@@ -110,7 +113,10 @@ class RunLoop:
                 )
             agent.usage_limits.check_before_request(state.usage)
             request = self._request()
-            response = await take_turn(agent.backend, request, self.emit)
+            if self.tracer is None:
+                response = await take_turn(agent.backend, request, self.emit)
+            else:
+                response = await self.tracer.turn(agent.backend, request, self.emit, state)
             state.turn += 1
             state.usage = state.usage + response.usage
             agent.usage_limits.check_after_response(state.usage)
@@ -189,7 +195,10 @@ class RunLoop:
     async def _resolve_batch(self) -> bool:
         """Run / answer what can be; True when every call of the batch has a result."""
         state = self.state
+        self.tool_runner.refresh()  # a toolset's list may have changed (e.g. an MCP server's)
         plan = plan_batch(state, self.tool_runner.tools)
+        if self.tracer is not None:
+            self.tracer.answered(state, plan.answered)
         for call_id, result in plan.answered.items():
             state.records[call_id] = result
             state.decisions.pop(call_id, None)
@@ -269,7 +278,9 @@ class RunLoop:
         if callable(choice):
             choice = choice([*self.history, *state.messages])
         self.tools_off = None
-        if agent.tool_specs and choice != "none":
+        self.tool_runner.refresh()
+        specs = self.tool_runner.specs
+        if specs and choice != "none":
             if agent.max_tool_rounds is not None and state.tool_rounds >= agent.max_tool_rounds:
                 self.tools_off = f"max_tool_rounds={agent.max_tool_rounds} rounds of tool calls are used up"
             elif state.turn + 1 >= agent.max_turns:
@@ -280,8 +291,8 @@ class RunLoop:
                 choice = "none"
         return ModelRequest(
             conversation=Conversation(messages=self._conversation()),
-            tools=agent.tool_specs,
-            tool_choice=choice if agent.tool_specs else "none",
+            tools=specs,
+            tool_choice=choice if specs else "none",
             output_schema=agent.output_spec.schema,
             reasoning=agent.reasoning,
             cache=agent.cache,

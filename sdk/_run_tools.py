@@ -12,6 +12,10 @@ repeat rule (`parley.interruptions`) knows it even after a crash and resume.
 
 Execution itself (argument validation, timeouts, retries of idempotent tools, result formatting,
 errors turned into error results for the model) is `parley.tools.ToolExecutor`'s job.
+
+The agent's tools are its plain tools plus those of its toolsets (`parley.tools.Toolset`, e.g. MCP
+servers), whose lists may change while a run goes on: `ToolRunner.refresh` re-reads them when a
+toolset's `version` moved (before planning a batch and before each model request).
 """
 
 from __future__ import annotations
@@ -20,20 +24,46 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from parley.errors import ConfigurationError
 from parley.interruptions import repeat_mode, settled_call
-from parley.protocol import ToolCall, ToolResult
+from parley.protocol import ToolCall, ToolResult, ToolSpec
 from parley.run_state import RunState
-from parley.tools import Tool, ToolContext, ToolExecutor, call_key
+from parley.tools import Tool, ToolContext, ToolExecutor, Toolset, call_key
 
 Checkpoint = Callable[[], Awaitable[None]]
 
 
 class ToolRunner:
-    """The agent's tools, by name, and the executor that runs them."""
+    """The agent's tools (plain ones and its toolsets' current ones), by name, and the executor that runs them."""
 
-    def __init__(self, tools: Sequence[Tool]) -> None:
-        self.tools: dict[str, Tool] = {t.name: t for t in tools}
-        self.executor = ToolExecutor(list(tools))
+    def __init__(self, tools: Sequence[Tool], toolsets: Sequence[Toolset] = (), tracer: Any = None) -> None:
+        self.local = list(tools)
+        self.toolsets = list(toolsets)
+        self.tracer = tracer
+        """A `parley.tracing` run tracer (None: not traced), for the execute_tool spans."""
+        self._versions: tuple[int, ...] | None = None
+        self.tools: dict[str, Tool] = {}
+        self.specs: list[ToolSpec] = []
+        self.executor = ToolExecutor(self.local)
+        self.refresh()
+
+    def refresh(self) -> bool:
+        """Re-read the toolsets' tools if any list changed; True when it did (never during a batch)."""
+        versions = tuple(ts.version for ts in self.toolsets)
+        if versions == self._versions:
+            return False
+        tools = [*self.local, *(t for ts in self.toolsets for t in ts.tools())]
+        names = [t.name for t in tools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigurationError(
+                f"two tools share the name(s) {duplicates} (give a toolset a prefix, or filter its tools)"
+            )
+        self.executor = ToolExecutor(tools) if self.toolsets else self.executor
+        self.tools = {t.name: t for t in tools}
+        self.specs = [t.spec for t in tools]
+        self._versions = versions
+        return True
 
     async def run_batch(
         self,
@@ -52,7 +82,10 @@ class ToolRunner:
 
         async def one(call: ToolCall, arguments: str) -> None:
             target = call if arguments == call.arguments else call.model_copy(update={"arguments": arguments})
-            results = await self.executor.execute([target], context=context)
+            if self.tracer is None:
+                results = await self.executor.execute([target], context=context)
+            else:
+                results = await self.tracer.tool_call(self, state, call, target, context)
             result = results[0]
             state.records[call.id] = result
             state.started = [c for c in state.started if c != call.id]
@@ -78,7 +111,12 @@ class ToolRunner:
 
 
 def tool_objects(tools: Sequence[Any]) -> list[Tool]:
-    """Accept `Tool`s or plain functions (wrapped with the default options)."""
+    """Accept `Tool`s or plain functions (wrapped with the default options); toolsets are left out."""
     from parley.tools import tool as make_tool
 
-    return [t if isinstance(t, Tool) else make_tool(t) for t in tools]
+    return [t if isinstance(t, Tool) else make_tool(t) for t in tools if not isinstance(t, Toolset)]
+
+
+def toolsets_of(tools: Sequence[Any]) -> list[Toolset]:
+    """The toolsets among an agent's `tools` (MCP servers and other run-time tool groups)."""
+    return [t for t in tools if isinstance(t, Toolset)]

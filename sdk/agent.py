@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from parley._run_history import normalise_history, recorded_for
 from parley._run_loop import CheckpointFn, RunLoop, new_user_turn
-from parley._run_tools import ToolRunner, tool_objects
+from parley._run_tools import ToolRunner, tool_objects, toolsets_of
 from parley.backends.base import Backend, SamplingSettings, ToolChoice
 from parley.caching import CachePolicy
 from parley.errors import ConfigurationError
@@ -33,6 +33,8 @@ from parley.result import RunResult
 from parley.run_state import RunState
 from parley.sessions import Session
 from parley.sessions._run import check_session_run
+from parley.tools import Toolset
+from parley.tracing import Instrumentation, check_instrument, run_tracer
 from parley.usage_limits import UsageLimits
 
 OutputT = TypeVar("OutputT")
@@ -64,6 +66,11 @@ class Agent(Generic[OutputT]):
     ``tool_choice="none"`` — locally the grammar then admits only the typed answer — so a looping
     model ends with an answer, or a typed error naming why, instead of using up `max_turns`. A call
     identical to one already settled is not run again (the repeat rule, per tool ``on_repeat``).
+
+    `tools` may hold toolsets beside plain tools (`parley.mcp.MCPServerStdio`, `MCPServerHTTP`):
+    ``async with agent:`` keeps them open across runs, otherwise each run opens and closes them.
+    `instrument` traces runs with OpenTelemetry (`parley.tracing`): None (default) traces when a
+    tracer provider is configured globally, True or an `Instrumentation` always, False never.
     """
 
     @overload
@@ -83,6 +90,7 @@ class Agent(Generic[OutputT]):
         output_retries: int = 2,
         tool_choice: ToolChoice | ToolChoicePolicy = "auto",
         sampling: SamplingSettings | None = None,
+        instrument: bool | Instrumentation | None = None,
     ) -> None: ...
 
     @overload
@@ -102,6 +110,7 @@ class Agent(Generic[OutputT]):
         output_retries: int = 2,
         tool_choice: ToolChoice | ToolChoicePolicy = "auto",
         sampling: SamplingSettings | None = None,
+        instrument: bool | Instrumentation | None = None,
     ) -> None: ...
 
     def __init__(
@@ -120,6 +129,7 @@ class Agent(Generic[OutputT]):
         output_retries: int = 2,
         tool_choice: ToolChoice | ToolChoicePolicy = "auto",
         sampling: SamplingSettings | None = None,
+        instrument: bool | Instrumentation | None = None,
     ) -> None:
         if not isinstance(backend, Backend):
             raise ConfigurationError(f"backend must implement parley.backends.Backend, not {type(backend).__name__}")
@@ -145,6 +155,8 @@ class Agent(Generic[OutputT]):
         self.tool_choice: ToolChoice | ToolChoicePolicy = tool_choice
         self.sampling = sampling or SamplingSettings()
         self.tools = tool_objects(tools)
+        self.toolsets = toolsets_of(tools)
+        self.instrument = check_instrument(instrument)
         names = [t.name for t in self.tools]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -166,6 +178,50 @@ class Agent(Generic[OutputT]):
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, backend={self.backend.name!r}, tools={[t.name for t in self.tools]})"
+
+    # -- toolsets and tracing -----------------------------------------------------------------------
+    async def __aenter__(self) -> Agent[OutputT]:
+        """Open every toolset (e.g. start the MCP servers) and keep them open until `__aexit__`."""
+        held = await self._acquire_toolsets()
+        self._holds: list[list[Toolset]] = [*getattr(self, "_holds", []), held]
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        holds: list[list[Toolset]] = getattr(self, "_holds", [])
+        if holds:
+            await self._release_toolsets(holds.pop())
+
+    async def _acquire_toolsets(self) -> list[Toolset]:
+        held: list[Toolset] = []
+        try:
+            for toolset in self.toolsets:
+                await toolset.acquire()
+                held.append(toolset)
+        except BaseException:
+            await self._release_toolsets(held)
+            raise
+        return held
+
+    async def _release_toolsets(self, held: list[Toolset]) -> None:
+        for toolset in reversed(held):
+            try:
+                await asyncio.shield(toolset.release())
+            except Exception:  # closing never fails a run; the toolset logs why
+                pass
+
+    async def _drive(self, loop: RunLoop) -> RunResult[Any]:
+        """Run the loop with the toolsets open, inside an `invoke_agent` span when tracing is on."""
+        tracer = run_tracer(self.instrument)
+        held = await self._acquire_toolsets() if self.toolsets else []
+        try:
+            if tracer is None:
+                return await loop.run()
+            loop.tracer = loop.tool_runner.tracer = tracer
+            traced: RunResult[Any] = await tracer.run(self, loop)
+            return traced
+        finally:
+            if held:
+                await self._release_toolsets(held)
 
     # -- running ------------------------------------------------------------------------------------
     async def run(
@@ -190,7 +246,7 @@ class Agent(Generic[OutputT]):
         loop = RunLoop(
             self, self._start(input, state, tenant), checkpoint=checkpoint, emit=None, deps=deps, session=session
         )
-        result: RunResult[OutputT] = await loop.run()
+        result: RunResult[OutputT] = await self._drive(loop)
         return result
 
     def run_sync(
@@ -233,7 +289,7 @@ class Agent(Generic[OutputT]):
 
         async def drive() -> RunResult[Any]:
             try:
-                return await loop.run()
+                return await self._drive(loop)
             finally:
                 await queue.put(done)
 

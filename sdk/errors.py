@@ -67,7 +67,9 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
     ├── ToolError                       parley.tools.errors
     │   ├── ToolDefinitionError
     │   ├── ToolArgumentError           (code says why)
-    │   └── RetryableToolError
+    │   ├── RetryableToolError
+    │   └── MCPToolsetError             parley.mcp.errors: an MCP toolset cannot be used as configured
+    │       └── MCPConnectionError      the server could not be started or reached, or stopped (mid-call too)
     └── EngineError                     parley.local_engine.errors
         ├── ModelNotFoundError
         ├── ModelLoadError              unreadable files, unsupported architecture or config field
@@ -150,6 +152,7 @@ if typing.TYPE_CHECKING:
         StreamError,
         StreamInterruptedError,
     )
+    from parley.mcp.errors import MCPConnectionError, MCPToolsetError
     from parley.server.errors import ApiError, ServeError
 
 
@@ -226,6 +229,8 @@ _LAZY = {
     "AuthenticationError": "parley.backends.errors",
     "BadRequestError": "parley.backends.errors",
     "LocalRequestError": "parley.backends.errors",
+    "MCPConnectionError": "parley.mcp.errors",
+    "MCPToolsetError": "parley.mcp.errors",
     "MalformedStreamError": "parley.backends.errors",
     "ModelAPIError": "parley.backends.errors",
     "OverloadedError": "parley.backends.errors",
@@ -272,6 +277,8 @@ __all__ = [
     "InvalidSchemaError",
     "InvalidSpecError",
     "LocalRequestError",
+    "MCPConnectionError",
+    "MCPToolsetError",
     "MalformedStreamError",
     "MaxTurnsExceeded",
     "MissingBlobError",

@@ -47,7 +47,8 @@ SCHEMA_VERSION_SUMMARIES: dict[str, str] = {
     "decisions, usage, turn and tool-call counts, backend, tenant, trace id, output.",
     "1.1": "Adds the repeat rule's record (call_log: settled calls by tool name + canonical arguments; "
     "repeats: calls answered from it), tool_rounds (rounds of tool calls since the last user message) and "
-    "stalled (a round only repeated earlier calls: tools off until the next user message).",
+    "stalled (a round only repeated earlier calls: tools off until the next user message); optional "
+    "trace_context (the W3C trace context of a traced run, so a resume continues its trace).",
 }
 SUPPORTED_VERSIONS: tuple[str, ...] = tuple(SCHEMA_VERSION_SUMMARIES)
 
@@ -166,6 +167,10 @@ class RunState(_Model):
     stalled: bool = False
     """A round of tool calls since the last user message only repeated earlier calls: tools stay off
     (the model is asked for its answer) until the next user message."""
+    trace_context: dict[str, str] | None = None
+    """The W3C trace context (``traceparent``, ``tracestate``) of the run's first ``invoke_agent`` span,
+    when the run is traced (`parley.tracing`): a resume, in any process, continues that trace.
+    Optional and additive within 1.1 (None when the run was never traced)."""
 
     # -- resolving interruptions ------------------------------------------------------------------
     def _take(self, call_id: str) -> Interruption:

@@ -17,7 +17,8 @@ Independent calls run concurrently (`asyncio.gather`, bounded by `max_concurrenc
 run in daemon threads. Every produced result is written into `records` as soon as its call finishes,
 so a write-through mapping persists progress even if a later call of the batch hangs or the batch is
 cancelled. Failures become `is_error` results with short safe messages; `execute` itself raises only
-on cancellation. Approval is the caller's decision: ask `needs_approval(call)` before executing.
+on cancellation, or for an exception whose `abort_run` attribute is true (the tool asks the run to
+stop). Approval is the caller's decision: ask `needs_approval(call)` before executing.
 """
 
 from __future__ import annotations
@@ -232,8 +233,8 @@ class ToolExecutor:
             error = task.exception()
             if error is None:
                 return self._success(tool, call, task.result())
-            if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
-                raise error
+            if isinstance(error, asyncio.CancelledError | KeyboardInterrupt) or getattr(error, "abort_run", False):
+                raise error  # `abort_run`: the tool asks for the run to stop (e.g. an MCP server set to "raise")
             if attempt < attempts and is_retryable(error):
                 await asyncio.sleep(self._delay(attempt, error))
                 continue
