@@ -6,7 +6,8 @@ Usage:
   python session_worker.py append STORE DB NAME COUNT   COUNT quick turns, started when DB + ".go" exists
   python session_worker.py bulk   STORE DB ROWS SEED    turns of ROWS messages written straight to the session
 
-STORE is ``sqlite`` (`SQLiteSession`) or ``sqlalchemy`` (`SQLAlchemySession` on the same SQLite file).
+STORE is ``sqlite`` (`SQLiteSession`), ``sqlalchemy`` (`SQLAlchemySession` on the same SQLite file) or
+``postgres`` (`SQLAlchemySession` on $PARLEY_TEST_POSTGRES_URL, session $PARLEY_TEST_SESSION_ID; DB unused).
 
 ``turns``: `TURNS` turns, each "turn K" -> `ROUNDS` rounds of `CALLS` approval-gated calls -> "done K"
 (`TURN_LENGTH` messages). Every run starts from the saved state if there is one (approving what is
@@ -18,6 +19,7 @@ Prints what it found at start: ``fresh K``, ``resume paused|running|complete``, 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import sys
 import time
@@ -33,7 +35,7 @@ TURNS = 8
 ROUNDS = 2
 CALLS = 2
 TURN_LENGTH = 1 + ROUNDS * (1 + CALLS) + 1
-SESSION_ID = "chat"
+SESSION_ID = os.environ.get("PARLEY_TEST_SESSION_ID", "chat")
 
 
 def open_session(store: str, db: Path) -> SessionStore:
@@ -41,6 +43,8 @@ def open_session(store: str, db: Path) -> SessionStore:
         return SQLiteSession(SESSION_ID, db)
     if store == "sqlalchemy":
         return SQLAlchemySession.from_url(SESSION_ID, f"sqlite:///{db}")
+    if store == "postgres":
+        return SQLAlchemySession.from_url(SESSION_ID, os.environ["PARLEY_TEST_POSTGRES_URL"])
     raise SystemExit(f"unknown store {store!r}")
 
 

@@ -375,8 +375,8 @@ async def test_a_hand_edited_history_is_shown_repaired_and_never_run(make: Facto
 PG_URL = os.environ.get("PARLEY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
-@pytest.fixture
-def postgres() -> Iterator[Factory]:
+def postgres_engine_or_skip() -> Any:
+    """An engine on `PG_URL`, or a skip naming what is missing (the server or its driver)."""
     pytest.importorskip("sqlalchemy")
     try:
         with socket.create_connection(("127.0.0.1", 5432), timeout=0.5):
@@ -393,6 +393,12 @@ def postgres() -> Iterator[Factory]:
         pytest.skip(f"PostgreSQL on 127.0.0.1:5432, but its driver for {PG_URL} is not installed: {exc}")
     except sqlalchemy.exc.OperationalError as exc:
         pytest.skip(f"PostgreSQL on 127.0.0.1:5432 refused {PG_URL}: {exc}")
+    return engine
+
+
+@pytest.fixture
+def postgres() -> Iterator[Factory]:
+    engine = postgres_engine_or_skip()
     prefix = f"parley-test-{os.getpid()}-"
     made: list[SessionStore] = []
 

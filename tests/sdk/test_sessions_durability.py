@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import sqlite3
@@ -18,6 +19,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,9 +33,13 @@ WORKER = Path(__file__).with_name("session_worker.py")
 STORES = ["sqlite", "sqlalchemy"]
 
 
-def start(*args: str) -> subprocess.Popen[str]:
+def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(WORKER), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -55,6 +61,10 @@ def stored_turns(db: Path) -> list[tuple[str, list[Message]]]:
             ).fetchall()
         except sqlite3.OperationalError:  # killed before the tables were made
             return []
+    return grouped(rows)
+
+
+def grouped(rows: list[Any]) -> list[tuple[str, list[Message]]]:
     assert [seq for seq, _, _ in rows] == list(range(1, len(rows) + 1)), "gaps or reordering in seq"
     groups: list[tuple[str, list[Message]]] = []
     for _, turn_id, text in rows:
@@ -133,15 +143,7 @@ def test_sigkill_during_large_writes_leaves_all_or_nothing(store: str, tmp_path:
     assert sum(in_write.values()) >= 3 and total > 0
 
 
-@pytest.mark.parametrize("store", STORES)
-def test_two_processes_append_concurrently(store: str, tmp_path: Path) -> None:
-    db, count = tmp_path / "shared.db", 15
-    procs = {name: start("append", store, str(db), name, str(count)) for name in ("A", "B")}
-    Path(f"{db}.go").touch()
-    for name, proc in procs.items():
-        out, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0 and "DONE" in out, f"worker {name}: {err}"
-    groups = stored_turns(db)
+def check_appends(groups: list[tuple[str, list[Message]]], count: int, store: str) -> None:
     seen: dict[str, list[int]] = {"A": [], "B": []}
     for _, messages in groups:
         name, k = messages[0].text.split()
@@ -154,3 +156,41 @@ def test_two_processes_append_concurrently(store: str, tmp_path: Path) -> None:
     switches = sum(1 for a, b in zip(order, order[1:], strict=False) if a != b)
     print(f"store={store} turns={len(groups)} (2 x {count}) switches between writers={switches}")
     assert switches >= 1  # the two really ran at the same time
+
+
+def run_two_appenders(store: str, db: Path, count: int, env: dict[str, str] | None = None) -> None:
+    procs = {name: start("append", store, str(db), name, str(count), env=env) for name in ("A", "B")}
+    Path(f"{db}.go").touch()
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0 and "DONE" in out, f"worker {name}: {err}"
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_two_processes_append_concurrently(store: str, tmp_path: Path) -> None:
+    db, count = tmp_path / "shared.db", 15
+    run_two_appenders(store, db, count)
+    check_appends(stored_turns(db), count, store)
+
+
+def test_two_processes_append_concurrently_on_postgres(tmp_path: Path) -> None:
+    from tests.sdk.test_sessions import PG_URL, postgres_engine_or_skip
+
+    engine = postgres_engine_or_skip()
+    session_id, count = f"parley-test-{os.getpid()}-appenders", 15
+    env = {"PARLEY_TEST_POSTGRES_URL": PG_URL, "PARLEY_TEST_SESSION_ID": session_id}
+    run_two_appenders("postgres", tmp_path / "unused", count, env=env)
+    import sqlalchemy
+
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sqlalchemy.text(
+                "SELECT seq, turn_id, message_json FROM parley_messages WHERE session_id = :sid ORDER BY seq"
+            ),
+            {"sid": session_id},
+        ).fetchall()
+        for table in ("parley_messages", "parley_turns", "parley_sessions"):
+            conn.execute(sqlalchemy.text(f"DELETE FROM {table} WHERE session_id = :sid"), {"sid": session_id})
+        conn.commit()
+    engine.dispose()
+    check_appends(grouped(list(rows)), count, "postgres")
