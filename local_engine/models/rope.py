@@ -1,8 +1,7 @@
 """Rotary position embeddings: the rope types a config may name, their frequencies, and the per-step rotation.
 
 `RopeSpec.from_hf_config` reads `rope_parameters` (transformers 5) or `rope_scaling` (older configs) and refuses
-what it does not implement, naming the field. Frequencies are computed in fp32 in the order transformers uses
-(`modeling_rope_utils`), so positions far into the context rotate by the same angles as HF's.
+what it does not implement, naming the field. Frequencies follow transformers' formulas (`modeling_rope_utils`).
 
 Two layouts of the rotation, chosen at load by `DecoderModel`:
 - fp32/fp64: each head's q/k rows are reordered to adjacent pairs (`interleave_rope_rows`), so RoPE is one
@@ -79,17 +78,21 @@ class RopeSpec:
         return cls(theta=theta, kind=kind, params=params if kind != "default" else {})
 
     def frequencies(self, head_dim: int) -> tuple[torch.Tensor, float]:
-        """Inverse frequencies `[head_dim / 2]` (fp32) and the factor applied to cos/sin (YaRN's mscale)."""
+        """Inverse frequencies `[head_dim / 2]` and the factor applied to cos/sin (YaRN's mscale).
+
+        Computed in fp64 and rounded once to fp32 (transformers computes in fp32; the two differ in the last
+        bit of some frequencies, and the correctly rounded ones measured closer to HF's logits on SmolLM2).
+        """
         dim, p = head_dim, self.params
-        exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim
-        inv = 1.0 / (self.theta**exponents)
+        inv = 1.0 / (self.theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        factor = 1.0
         if self.kind == "linear":
-            return inv / float(p["factor"]), 1.0
-        if self.kind == "llama3":
-            return _llama3(inv, p), 1.0
-        if self.kind == "yarn":
-            return _yarn(self.theta, dim, p)
-        return inv, 1.0
+            inv = inv / float(p["factor"])
+        elif self.kind == "llama3":
+            inv = _llama3(inv, p)
+        elif self.kind == "yarn":
+            inv, factor = _yarn(self.theta, dim, p)
+        return inv.to(torch.float32), factor
 
 
 def _llama3(inv: torch.Tensor, p: dict[str, Any]) -> torch.Tensor:
@@ -129,8 +132,8 @@ def _yarn(base: float, dim: int, p: dict[str, Any]) -> tuple[torch.Tensor, float
     low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001
-    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-    pos_freqs = base ** (torch.arange(0, dim, 2).to(torch.float32) / dim)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
     extrapolation = 1 - ramp
     inv = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
     return inv, float(attention_factor)
