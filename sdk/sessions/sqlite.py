@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS parley_turns (
 """
 """The tables: sessions, messages (ordered by ``seq`` within a session; ``turn_id`` names the turn a
 row was written with), and the turn ids written (what makes ``add_items(turn_id=...)`` happen once)."""
+_TABLES = ("parley_sessions", "parley_messages", "parley_turns")
 
 
 class SQLiteSession(SessionStore):
@@ -86,6 +87,11 @@ class SQLiteSession(SessionStore):
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")  # persistent in the file; 'memory' for :memory:
             conn.execute("PRAGMA synchronous = FULL")
+            present = conn.execute(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)", _TABLES
+            ).fetchone()[0]
+            if present == len(_TABLES):
+                return conn  # (a reader never waits for a writer: opening does not either)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for statement in SCHEMA.split(";"):
