@@ -1,4 +1,5 @@
-"""The `parley` command line: demo, chat, and serve (registered by `parley.server.cli`).
+"""The `parley` command line: demo, chat, serve (registered by `parley.server.cli`) and mcp serve
+(registered by `parley.mcp.cli`: parley tools offered to MCP clients over stdio or Streamable HTTP).
 
 ``parley demo`` is the main job in one command: the embedded SmolLM2-135M on CPU, no network. An
 agent with two tools — a lookup over a small built-in table (its argument constrained to the
@@ -225,6 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
     from parley.server.cli import add_serve_command
 
     add_serve_command(sub)
+
+    from parley.mcp.cli import add_mcp_command
+
+    add_mcp_command(sub)
     return parser
 
 
