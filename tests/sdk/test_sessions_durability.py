@@ -96,7 +96,7 @@ def check_agent_turns(db: Path) -> int:
 def test_sigkill_during_session_runs_leaves_whole_turns(store: str, tmp_path: Path) -> None:
     db, state = tmp_path / "chat.db", tmp_path / "state.json"
     rng = random.Random(20261201)
-    max_kills = 30 if store == "sqlite" else 15
+    max_kills = 20 if store == "sqlite" else 10
     kills, committed_at_kill, starts = 0, [], Counter[str]()
     for run in range(200):
         proc = start("turns", store, str(db), str(state), str(run))
