@@ -378,21 +378,23 @@ PG_URL = os.environ.get("PARLEY_TEST_POSTGRES_URL", "postgresql+psycopg://postgr
 def postgres_engine_or_skip() -> Any:
     """An engine on `PG_URL`, or a skip naming what is missing (the server or its driver)."""
     pytest.importorskip("sqlalchemy")
-    try:
-        with socket.create_connection(("127.0.0.1", 5432), timeout=0.5):
-            pass
-    except OSError:
-        pytest.skip("no PostgreSQL server on 127.0.0.1:5432 (set PARLEY_TEST_POSTGRES_URL to use another)")
     import sqlalchemy
 
+    url = sqlalchemy.engine.make_url(PG_URL)
+    where = f"{url.host or '127.0.0.1'}:{url.port or 5432}"
+    try:
+        with socket.create_connection((url.host or "127.0.0.1", url.port or 5432), timeout=0.5):
+            pass
+    except OSError:
+        pytest.skip(f"no PostgreSQL server on {where} (PARLEY_TEST_POSTGRES_URL names another)")
     try:
         engine = sqlalchemy.create_engine(PG_URL)
         with engine.connect():
             pass
     except ImportError as exc:
-        pytest.skip(f"PostgreSQL on 127.0.0.1:5432, but its driver for {PG_URL} is not installed: {exc}")
+        pytest.skip(f"PostgreSQL on {where}, but its driver for {PG_URL} is not installed: {exc}")
     except sqlalchemy.exc.OperationalError as exc:
-        pytest.skip(f"PostgreSQL on 127.0.0.1:5432 refused {PG_URL}: {exc}")
+        pytest.skip(f"PostgreSQL on {where} refused {PG_URL}: {exc}")
     return engine
 
 
