@@ -409,21 +409,17 @@ async def test_the_server_runs_the_same_turn(tokenizer: Any, script: str, choice
     assert choice_out["finish_reason"] == response.finish_reason
 
 
-# -- end to end on a tiny random gpt-oss (once the engine serves the architecture) --------------------
+# -- end to end on a tiny random gpt-oss ------------------------------------------------------------------
 
 
 def _tiny_gpt_oss_engine(tokenizer: Any) -> Any:
+    """The same seeded tiny gpt-oss in every process (the resume runs in another one)."""
     import torch
     import transformers
 
-    try:
-        from parley.local_engine import Engine, EngineConfig
-        from parley.local_engine.errors import ModelLoadError
-        from parley.local_engine.models.registry import MODEL_TYPES, build_model
-    except ImportError as exc:
-        pytest.skip(f"the local engine has no gpt_oss architecture yet ({exc})")
-    if "gpt_oss" not in MODEL_TYPES:
-        pytest.skip("the local engine has no gpt_oss architecture yet (models.registry.MODEL_TYPES)")
+    from parley.local_engine import Engine, EngineConfig
+    from parley.local_engine.models.registry import build_model
+
     torch.manual_seed(0)
     config = transformers.GptOssConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -431,10 +427,7 @@ def _tiny_gpt_oss_engine(tokenizer: Any) -> Any:
         max_position_embeddings=1024, eos_token_id=harmony.SPECIAL_TOKENS["<|return|>"], pad_token_id=199999,
     )
     hf = transformers.GptOssForCausalLM(config).eval()
-    try:
-        net = build_model(config.to_dict(), hf.state_dict(), torch.device("cpu"), torch.float32)
-    except ModelLoadError as exc:
-        pytest.skip(f"the local engine cannot build gpt_oss yet: {exc}")
+    net = build_model(config.to_dict(), hf.state_dict(), torch.device("cpu"), torch.float32)
     cfg = EngineConfig(num_kv_blocks=256, block_size=16)
     return Engine.from_model(net, tokenizer, model_id="tiny-gpt-oss", config=cfg,
                              eos_token_ids=frozenset(HarmonyPrompts.stop_token_ids))
@@ -454,26 +447,54 @@ def sky(city: Literal["Oslo", "Bergen"]) -> str:  # bounded: random weights woul
     return "clear"
 
 
-async def test_end_to_end_on_a_tiny_random_gpt_oss(tokenizer: Any, o200k: harmony.HarmonyEncoding) -> None:
+def _sky_policy(messages: list[Message]) -> ToolChoice:
+    return "none" if any(m.tool_results for m in messages) else NamedToolChoice("sky")
+
+
+def sky_agent(engine: Any) -> Agent[Sky]:
+    return Agent(LocalBackend(engine=engine, max_tokens=48), tools=[sky], output_type=Sky, tool_choice=_sky_policy,
+                 reasoning=Reasoning(budget_tokens=6), sampling=SamplingSettings(max_tokens=48))
+
+
+RESUME = """
+import asyncio, json, sys
+from parley import RunState
+from parley.backends.local.harmony_tokenizer import o200k_harmony_tokenizer
+from tests.sdk.backends.test_local_harmony import _tiny_gpt_oss_engine, sky_agent
+
+state = RunState.load(sys.argv[1])
+state.approve(state.pending[0].call_id)
+engine = _tiny_gpt_oss_engine(o200k_harmony_tokenizer())
+done = asyncio.run(sky_agent(engine).run(state=state))
+engine.close()
+print(json.dumps({"output": done.output.model_dump(), "calls": [[c.name, c.arguments] for m in done.messages
+                                                                 for c in m.tool_calls],
+                  "reasoning": [r["reasoning_tokens"] for r in done.usage.raw],
+                  "finish": [r["finish_reason"] for r in done.usage.raw]}))
+"""
+
+
+async def test_end_to_end_on_a_tiny_random_gpt_oss(tokenizer: Any, tmp_path: Any) -> None:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
     engine = _tiny_gpt_oss_engine(tokenizer)
-
-    def policy(messages: list[Message]) -> ToolChoice:
-        return "none" if any(m.tool_results for m in messages) else NamedToolChoice("sky")
-
-    def agent() -> Agent[Sky]:
-        return Agent(LocalBackend(engine=engine, max_tokens=48), tools=[sky], output_type=Sky, tool_choice=policy,
-                     reasoning=Reasoning(budget_tokens=6), sampling=SamplingSettings(max_tokens=48))
-
     try:
-        paused = await agent().run("Is it sunny in Oslo?")
-        assert paused.paused
-        state = RunState.from_json(paused.state.to_json())
-        state.approve(paused.interruptions[0].call_id)
-        done = await agent().run(state=state)
+        paused = await sky_agent(engine).run("Is it sunny in Oslo?")
     finally:
         engine.close()
-    assert isinstance(done.output, Sky)  # the typed answer, from random weights: the grammars did it
-    (call,) = [c for m in done.messages for c in m.tool_calls]
-    assert call.name == "sky" and call.parsed_arguments()["city"] in ("Oslo", "Bergen")
-    assert [r["reasoning_tokens"] for r in done.usage.raw] == [6, 6]  # each turn: analysis, cut at the budget
-    assert [r["finish_reason"] for r in done.usage.raw] == ["tool_calls", "stop"]
+    assert paused.paused
+    path = tmp_path / "state.json"
+    paused.state.save(path)  # resumed from JSON in another process
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", RESUME, str(path)], cwd=root, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert isinstance(result["output"]["sunny"], bool)  # the typed answer, from random weights: the grammars did it
+    ((name, arguments),) = result["calls"]
+    assert name == "sky" and json.loads(arguments)["city"] in ("Oslo", "Bergen")
+    assert result["reasoning"] == [6, 6]  # each turn: analysis, cut at the budget
+    assert result["finish"] == ["tool_calls", "stop"]
