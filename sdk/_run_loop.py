@@ -26,8 +26,10 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from parley._run_controls import RunControls
 from parley._run_tools import ToolRunner
 from parley._run_turn import EventSink, take_turn, unique_call_ids
+from parley.agent_tool import take_link
 from parley.backends.base import ModelRequest
 from parley.errors import MaxTurnsExceeded, OutputValidationError
 from parley.interruptions import plan_batch, repeat_mode, repeat_outcome, settled_call
@@ -77,6 +79,11 @@ class RunLoop:
         """Why the current request has tools off (None: it has them as the agent says)."""
         self.missed = ""
         """Why the last turn gave no final answer (named when `max_turns` runs out)."""
+        self.controls: RunControls | None = None
+        """Hooks, guardrails, handoffs, agent tools, dynamic instructions (None: the agent uses none)."""
+        link = take_link()  # set when this run is an agent tool's child run
+        if agent.controlled or link is not None:
+            self.controls = self.tool_runner.controls = RunControls(self, link)
 
     async def checkpoint(self) -> None:
         if self._user_checkpoint is not None:
@@ -85,6 +92,11 @@ class RunLoop:
                 await outcome
 
     async def run(self) -> RunResult[Any]:
+        if self.controls is not None:
+            return await self.controls.run(self._run)
+        return await self._run()
+
+    async def _run(self) -> RunResult[Any]:
         agent, state = self.agent, self.state
         if self.session is not None:
             self.history = await load_history(self.session)
@@ -104,6 +116,8 @@ class RunLoop:
                 state.messages.extend(state.queued_input)
                 state.queued_input = []
                 new_user_turn(state)
+            if self.controls is not None:
+                agent = await self.controls.before_turn()  # a handoff may change the agent
 
             if state.turn >= agent.max_turns:
                 why = f"; on the last turn {self.missed}" if self.missed else ""
@@ -113,6 +127,8 @@ class RunLoop:
                 )
             agent.usage_limits.check_before_request(state.usage)
             request = self._request()
+            if self.controls is not None:
+                request = await self.controls.prepare_request(request)
             if self.tracer is None:
                 response = await take_turn(agent.backend, request, self.emit)
             else:
@@ -120,6 +136,8 @@ class RunLoop:
             state.turn += 1
             state.usage = state.usage + response.usage
             agent.usage_limits.check_after_response(state.usage)
+            if self.controls is not None:
+                await self.controls.after_turn(request, response)
             produced = unique_call_ids(response.messages, self.seen_ids, state.turn)
             state.messages.extend(produced)
             calls = [c for m in produced for c in m.tool_calls]
@@ -156,6 +174,8 @@ class RunLoop:
                 state.messages.append(Message.user(agent.output_spec.repair_prompt(invalid.detail)))
                 await self.checkpoint()
                 continue
+            if self.controls is not None:
+                await self.controls.check_output(output)
             state.status = "complete"
             state.output = agent.output_spec.dump(output)
             await self.checkpoint()
@@ -197,6 +217,8 @@ class RunLoop:
         state = self.state
         self.tool_runner.refresh()  # a toolset's list may have changed (e.g. an MCP server's)
         plan = plan_batch(state, self.tool_runner.tools)
+        if self.controls is not None:
+            plan = await self.controls.plan(plan)
         if self.tracer is not None:
             self.tracer.answered(state, plan.answered)
         for call_id, result in plan.answered.items():
@@ -323,3 +345,4 @@ def new_user_turn(state: RunState) -> None:
     state.call_log = {}
     state.tool_rounds = 0
     state.stalled = False
+    state.input_guarded = False

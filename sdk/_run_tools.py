@@ -36,6 +36,9 @@ Checkpoint = Callable[[], Awaitable[None]]
 class ToolRunner:
     """The agent's tools (plain ones and its toolsets' current ones), by name, and the executor that runs them."""
 
+    controls: Any = None
+    """The run's `parley._run_controls.RunControls` (hooks, guardrails, agent tools), or None."""
+
     def __init__(self, tools: Sequence[Tool], toolsets: Sequence[Toolset] = (), tracer: Any = None) -> None:
         self.local = list(tools)
         self.toolsets = list(toolsets)
@@ -82,6 +85,9 @@ class ToolRunner:
 
         async def one(call: ToolCall, arguments: str) -> None:
             target = call if arguments == call.arguments else call.model_copy(update={"arguments": arguments})
+            if self.controls is not None:  # hooks, guardrails and agent tools around the call
+                await self.controls.run_call(self, state, call, target, context, checkpoint, on_result)
+                return
             if self.tracer is None:
                 results = await self.executor.execute([target], context=context)
             else:

@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
+from typing_extensions import TypeVar as DefaultTypeVar
+
+from parley._run_controls import configure
 from parley._run_history import normalise_history, recorded_for
 from parley._run_loop import CheckpointFn, RunLoop, new_user_turn
 from parley._run_tools import ToolRunner, tool_objects, toolsets_of
 from parley.backends.base import Backend, SamplingSettings, ToolChoice
 from parley.caching import CachePolicy
+from parley.context import RunContext
 from parley.errors import ConfigurationError
 from parley.output import OutputSpec
 from parley.protocol import Conversation, Event, Message, Role
@@ -37,7 +41,20 @@ from parley.tools import Toolset
 from parley.tracing import Instrumentation, check_instrument, run_tracer
 from parley.usage_limits import UsageLimits
 
+if TYPE_CHECKING:
+    from parley.agent_tool import AgentTool, OutputExtractor
+    from parley.guardrails import Guardrail, GuardrailSet
+    from parley.handoffs import Handoff
+    from parley.hooks import RunHooks
+    from parley.tools.policy import NeedsApproval
+
 OutputT = TypeVar("OutputT")
+DepsT = DefaultTypeVar("DepsT", default=Any)
+"""The type of `deps` (``Agent(deps_type=Deps)``): tools see it as `ToolContext[Deps]`, callbacks as
+`RunContext[Deps]`. Second, so ``Agent[Answer]`` keeps meaning the output type."""
+
+Instructions = str | Callable[[RunContext[DepsT]], "str | None | Awaitable[str | None]"]
+"""Fixed text, or a function of the run context (sync or async) called before every model request."""
 
 ToolChoicePolicy = Callable[[list[Message]], ToolChoice]
 """Decides the tool choice per turn from the conversation so far (e.g. force a plan's next tool)."""
@@ -52,7 +69,7 @@ AgentInput = str | Message | Sequence[Message] | Conversation | None
 """A user prompt, one message, or a whole history (repaired for tool-call adjacency)."""
 
 
-class Agent(Generic[OutputT]):
+class Agent(Generic[OutputT, DepsT]):
     """An agent: a backend plus instructions, tools and an output type.
 
     `output_type` is `str` (default), a pydantic model class or a JSON Schema dict. `max_turns`
@@ -71,14 +88,35 @@ class Agent(Generic[OutputT]):
     ``async with agent:`` keeps them open across runs, otherwise each run opens and closes them.
     `instrument` traces runs with OpenTelemetry (`parley.tracing`): None (default) traces when a
     tracer provider is configured globally, True or an `Instrumentation` always, False never.
+
+    Working with others and run control: `instructions` may be a function of the `RunContext`
+    (sync or async, rendered before each request); `deps_type` types the `deps` that tools
+    (`ToolContext[Deps]`) and callbacks (`RunContext[Deps]`) receive; `hooks` (`parley.RunHooks`)
+    see every step; `guardrails` check input, output and tool calls (`parley.guardrails`);
+    `handoffs` let the model pass the conversation to other agents (`parley.handoffs`);
+    `as_tool()` makes this agent a tool of another (`parley.agent_tool`). `description` says what
+    the agent does (used for its handoff and agent-tool descriptions).
     """
+
+    # set by `parley._run_controls.configure`
+    description: str | None
+    deps_type: type[DepsT] | None
+    hooks: RunHooks[DepsT] | None
+    guardrails: GuardrailSet
+    handoffs: list[Handoff]
+    dynamic_instructions: bool
+    """`instructions` is a function, rendered before each request."""
+    dynamic_tools: bool
+    """Some tool has `is_enabled`/`prepare`: the tools offered are decided per turn."""
+    controlled: bool
+    """Runs need `parley._run_controls.RunControls` (hooks, guardrails, handoffs, agent tools, ...)."""
 
     @overload
     def __init__(
-        self: Agent[str],
+        self: Agent[str, DepsT],
         backend: Backend,
         *,
-        instructions: str | None = None,
+        instructions: Instructions[DepsT] | None = None,
         tools: Sequence[Any] = (),
         output_type: None = None,
         reasoning: Reasoning | None = None,
@@ -91,14 +129,19 @@ class Agent(Generic[OutputT]):
         tool_choice: ToolChoice | ToolChoicePolicy = "auto",
         sampling: SamplingSettings | None = None,
         instrument: bool | Instrumentation | None = None,
+        description: str | None = None,
+        deps_type: type[DepsT] | None = None,
+        hooks: RunHooks[DepsT] | None = None,
+        guardrails: Sequence[Guardrail] = (),
+        handoffs: Sequence[Agent[Any, Any] | Handoff] = (),
     ) -> None: ...
 
     @overload
     def __init__(
-        self: Agent[OutputT],
+        self: Agent[OutputT, DepsT],
         backend: Backend,
         *,
-        instructions: str | None = None,
+        instructions: Instructions[DepsT] | None = None,
         tools: Sequence[Any] = (),
         output_type: type[OutputT] | dict[str, Any],
         reasoning: Reasoning | None = None,
@@ -111,13 +154,18 @@ class Agent(Generic[OutputT]):
         tool_choice: ToolChoice | ToolChoicePolicy = "auto",
         sampling: SamplingSettings | None = None,
         instrument: bool | Instrumentation | None = None,
+        description: str | None = None,
+        deps_type: type[DepsT] | None = None,
+        hooks: RunHooks[DepsT] | None = None,
+        guardrails: Sequence[Guardrail] = (),
+        handoffs: Sequence[Agent[Any, Any] | Handoff] = (),
     ) -> None: ...
 
     def __init__(
         self,
         backend: Backend,
         *,
-        instructions: str | None = None,
+        instructions: Instructions[DepsT] | None = None,
         tools: Sequence[Any] = (),
         output_type: Any = None,
         reasoning: Reasoning | None = None,
@@ -130,6 +178,11 @@ class Agent(Generic[OutputT]):
         tool_choice: ToolChoice | ToolChoicePolicy = "auto",
         sampling: SamplingSettings | None = None,
         instrument: bool | Instrumentation | None = None,
+        description: str | None = None,
+        deps_type: type[DepsT] | None = None,
+        hooks: RunHooks[DepsT] | None = None,
+        guardrails: Sequence[Guardrail] = (),
+        handoffs: Sequence[Agent[Any, Any] | Handoff] = (),
     ) -> None:
         if not isinstance(backend, Backend):
             raise ConfigurationError(f"backend must implement parley.backends.Backend, not {type(backend).__name__}")
@@ -157,6 +210,9 @@ class Agent(Generic[OutputT]):
         self.tools = tool_objects(tools)
         self.toolsets = toolsets_of(tools)
         self.instrument = check_instrument(instrument)
+        configure(
+            self, description=description, deps_type=deps_type, hooks=hooks, guardrails=guardrails, handoffs=handoffs
+        )
         names = [t.name for t in self.tools]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -165,19 +221,51 @@ class Agent(Generic[OutputT]):
         ToolRunner(self.tools)  # fail now, not at the first call, if the executor rejects the tools
         self.tool_specs = [t.spec for t in self.tools]
 
-    def _system_prompt(self) -> str | None:
-        """The instructions, plus the answer's schema when the backend cannot enforce one natively
-        (prompted output: the answer is still validated and repaired by the loop)."""
+    def _system_prompt(self, instructions: str | None = None) -> str | None:
+        """The instructions (`instructions`: as rendered for this turn, when they are a function), plus the
+        answer's schema when the backend cannot enforce one natively (prompted output: the answer is still
+        validated and repaired by the loop)."""
+        text = instructions if instructions is not None or callable(self.instructions) else self.instructions
         schema = self.output_spec.schema
         if schema is None or self.backend.capabilities.structured_output:
-            return self.instructions
+            return text or None
         import json
 
         hint = f"Answer with only a JSON value matching this JSON Schema:\n{json.dumps(schema, separators=(',', ':'))}"
-        return f"{self.instructions}\n\n{hint}" if self.instructions else hint
+        return f"{text}\n\n{hint}" if text else hint
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, backend={self.backend.name!r}, tools={[t.name for t in self.tools]})"
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        needs_approval: NeedsApproval = False,
+        output_extractor: OutputExtractor | None = None,
+        timeout_s: float | None = None,
+    ) -> AgentTool:
+        """This agent as a tool of another agent (one argument, ``input``; see `parley.agent_tool`).
+
+        Its runs add to the parent's usage and limits; a call inside it that needs approval pauses the
+        parent, and resuming the parent resumes it. `output_extractor(result)` makes the text the
+        parent's model reads (default: the answer, as JSON unless it is a str).
+        """
+        from parley.agent_tool import AgentTool
+
+        tool_name = name or self.name
+        if not tool_name:
+            raise ConfigurationError("as_tool() needs a name=... (or an Agent(name=...))")
+        about = description or self.description or f"Ask the {tool_name} agent."
+        return AgentTool(
+            self,
+            name=tool_name,
+            description=about,
+            needs_approval=needs_approval,
+            output_extractor=output_extractor,
+            timeout_s=timeout_s,
+        )
 
     # -- toolsets and tracing -----------------------------------------------------------------------
     async def __aenter__(self) -> Agent[OutputT]:
@@ -231,7 +319,7 @@ class Agent(Generic[OutputT]):
         state: RunState | None = None,
         tenant: str | None = None,
         checkpoint: CheckpointFn | None = None,
-        deps: Any = None,
+        deps: DepsT | None = None,
         session: Session | None = None,
     ) -> RunResult[OutputT]:
         """Run until a final answer or a pause. `checkpoint(state)` is called at every durable point.
@@ -256,7 +344,7 @@ class Agent(Generic[OutputT]):
         state: RunState | None = None,
         tenant: str | None = None,
         checkpoint: CheckpointFn | None = None,
-        deps: Any = None,
+        deps: DepsT | None = None,
         session: Session | None = None,
     ) -> RunResult[OutputT]:
         """`run` for code without an event loop."""
@@ -271,7 +359,7 @@ class Agent(Generic[OutputT]):
         state: RunState | None = None,
         tenant: str | None = None,
         checkpoint: CheckpointFn | None = None,
-        deps: Any = None,
+        deps: DepsT | None = None,
         session: Session | None = None,
     ) -> AsyncIterator[Event | RunResult[OutputT]]:
         """Yield the run's events as they happen (model deltas, tool results as tool `MessageEnd`s),

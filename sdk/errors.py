@@ -12,7 +12,9 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
     ├── AgentError                      parley.errors: the run loop could not finish as asked
     │   ├── MaxTurnsExceeded            carries the resumable state
     │   ├── UsageLimitExceeded          requests, tokens, tool calls or cost over a UsageLimits cap
-    │   └── OutputValidationError       structured output still invalid after the repair tries
+    │   ├── OutputValidationError       structured output still invalid after the repair tries
+    │   ├── GuardrailTripped            a guardrail stopped the run (guardrail, kind, output)
+    │   └── HookError                   a RunHooks method raised (hook names it; the cause is chained)
     ├── RunStateError                   parley.errors: a RunState cannot be loaded or resolved
     │   ├── RunStateVersionError        unknown or newer schema_version
     │   ├── UnknownCallError            approve/reject/provide_result on a call that is not pending
@@ -192,6 +194,37 @@ class OutputValidationError(AgentError):
         self.attempts = attempts
 
 
+class GuardrailTripped(AgentError):
+    """A guardrail stopped the run: `guardrail` names it, `kind` says which (``input``, ``output``,
+    ``tool_input``, ``tool_output``), `output` is what the guardrail returned, `call_id` the tool call
+    a tool guardrail looked at, `state` the run state when it tripped (its usage included)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        guardrail: str,
+        kind: str,
+        output: typing.Any = None,
+        call_id: str | None = None,
+        state: typing.Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.guardrail = guardrail
+        self.kind = kind
+        self.output = output
+        self.call_id = call_id
+        self.state = state
+
+
+class HookError(AgentError):
+    """A `RunHooks` method raised: `hook` names it (e.g. ``before_model_request``); the error is chained."""
+
+    def __init__(self, message: str, *, hook: str) -> None:
+        super().__init__(message)
+        self.hook = hook
+
+
 class RunStateError(ParleyError):
     """A RunState cannot be loaded, resumed or resolved as asked."""
 
@@ -271,6 +304,8 @@ __all__ = [
     "EngineConfigError",
     "EngineError",
     "GrammarSyntaxError",
+    "GuardrailTripped",
+    "HookError",
     "InvalidArgumentsError",
     "InvalidRegexError",
     "InvalidRequestError",

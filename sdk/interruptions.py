@@ -12,6 +12,12 @@ A model turn yields a batch of tool calls. Before anything runs, every call is *
   run and not sent for approval again — it gets the recorded outcome marked as a repeat
   (``"reuse"``) or an error result (``"error"``); an identical call later in the *same* batch
   waits for the first one and gets its outcome the same way;
+* a call to an agent used as a tool whose child run paused (`RunState.children`) runs again: the
+  child resumes where it stopped (it is never asked for approval twice);
+* with tool guardrails (`parley.guardrails`), their recorded verdict comes next: a call not yet
+  screened is left in `BatchPlan.screen` (the run loop asks the guardrails and plans again); a
+  rejected call is answered with the guardrail's message, one that needs approval pauses, one with
+  replaced arguments goes on with those;
 * a `deferred` tool pauses for an outside result, a tool whose `needs_approval` says so pauses for
   a human (fail closed: a predicate that errors means "ask");
 * everything else runs now, in parallel with the rest of the batch.
@@ -23,6 +29,7 @@ recorded) before the run pauses, so a resume only has the paused calls left to d
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +51,12 @@ class BatchPlan:
     """Calls answered from `RunState.call_log` (their results are in `answered`)."""
     follow: dict[str, str] = field(default_factory=dict)
     """call id -> id of an identical call earlier in this batch, whose outcome answers it once known."""
+    screen: list[ToolCall] = field(default_factory=list)
+    """Calls the tool guardrails have not judged yet (only when planning with a `screen`)."""
+
+
+Screen = Callable[[ToolCall], "tuple[str, str | None, str | None] | None"]
+"""A call's tool-guardrail verdict: (action, message, replacement arguments), or None when not judged yet."""
 
 
 def repeat_mode(tool: Any) -> str:
@@ -52,7 +65,7 @@ def repeat_mode(tool: Any) -> str:
     return mode if mode in ("reuse", "allow", "error") else "reuse"
 
 
-def plan_batch(state: RunState, tools: dict[str, Any]) -> BatchPlan:
+def plan_batch(state: RunState, tools: dict[str, Any], screen: Screen | None = None) -> BatchPlan:
     plan = BatchPlan()
     pending = {i.call_id: i for i in state.pending}
     leaders: dict[str, str] = {}  # call key -> first call of this batch with it
@@ -100,15 +113,31 @@ def plan_batch(state: RunState, tools: dict[str, Any]) -> BatchPlan:
                 is_error=True,
             )
             continue
+        verdict = screen(call) if screen is not None else None
+        arguments = verdict[2] if verdict is not None and verdict[2] is not None else call.arguments
         if isinstance(decision, Approved):
-            plan.run.append((call, decision.arguments if decision.arguments is not None else call.arguments))
+            plan.run.append((call, decision.arguments if decision.arguments is not None else arguments))
             continue
+        if state.children and call.id in state.children:  # a paused agent tool: resume the child
+            plan.run.append((call, arguments))
+            continue
+        if screen is not None:
+            if verdict is None:
+                plan.screen.append(call)
+                continue
+            if verdict[0] == "reject":
+                text = verdict[1] or "A guardrail rejected this call."
+                plan.answered[call.id] = ToolResult(call_id=call.id, name=call.name, content=text, is_error=True)
+                continue
+            if verdict[0] == "approval":
+                plan.pause.append(_interruption("approval", call, tool, arguments=arguments, reason=verdict[1]))
+                continue
         if tool.deferred:
-            plan.pause.append(_interruption("deferred", call, tool))
-        elif _needs_approval(tool, call.arguments):
-            plan.pause.append(_interruption("approval", call, tool))
+            plan.pause.append(_interruption("deferred", call, tool, arguments=arguments))
+        elif _needs_approval(tool, arguments):
+            plan.pause.append(_interruption("approval", call, tool, arguments=arguments))
         else:
-            plan.run.append((call, call.arguments))
+            plan.run.append((call, arguments))
     return plan
 
 
@@ -163,14 +192,17 @@ def _needs_approval(tool: Any, arguments: str) -> bool:
         return True
 
 
-def _interruption(kind: str, call: ToolCall, tool: Any) -> Interruption:
+def _interruption(
+    kind: str, call: ToolCall, tool: Any, *, arguments: str | None = None, reason: str | None = None
+) -> Interruption:
     parameters = getattr(tool, "parameters", None)
     return Interruption(
         kind=kind,  # type: ignore[arg-type]
         call_id=call.id,
         tool_name=call.name,
-        arguments=call.arguments,
+        arguments=call.arguments if arguments is None else arguments,
         parameters=parameters if isinstance(parameters, dict) else None,
+        reason=reason,
     )
 
 

@@ -44,5 +44,10 @@ class RunResult(Generic[OutputT]):
         """Tool calls the model made in this run (repeats included; `repeats` says which were not run)."""
         return self.state.tool_calls
 
+    @property
+    def last_agent(self) -> str | None:
+        """The name of the agent that answered (paused: that is answering); after a handoff, the one handed to."""
+        return self.state.current_agent or self.state.agent_name
+
     def new_messages(self, since: int = 0) -> list[Message]:
         return self.messages[since:]

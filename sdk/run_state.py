@@ -9,6 +9,11 @@ processes). Resolve pending calls with `approve` / `reject` / `provide_result` (
 like: unresolved calls pause the run again), serialise with `to_json`, and resume with
 ``agent.run(state=RunState.from_json(s))`` in this or another process.
 
+Agents working together: a paused run of an agent used as a tool is kept in `children` under the
+parent's call id (its pending calls surface on the parent with a `path`, and decisions taken on the
+parent are routed to it); guardrail results are kept in `guardrails`; after a handoff,
+`current_agent` names the agent answering.
+
 Durability: the run loop records a tool's result here before the next model call, and marks a
 call as *started* before executing it. Resuming never re-executes a call whose result is recorded;
 a call that was started but not recorded (the process died mid-call) is re-run with the same call
@@ -48,7 +53,9 @@ SCHEMA_VERSION_SUMMARIES: dict[str, str] = {
     "1.1": "Adds the repeat rule's record (call_log: settled calls by tool name + canonical arguments; "
     "repeats: calls answered from it), tool_rounds (rounds of tool calls since the last user message) and "
     "stalled (a round only repeated earlier calls: tools off until the next user message); optional "
-    "trace_context (the W3C trace context of a traced run, so a resume continues its trace).",
+    "trace_context (the W3C trace context of a traced run, so a resume continues its trace); optional "
+    "children (paused runs of agents used as tools, by call id), guardrails (guardrail results), "
+    "input_guarded, current_agent and handoff_to (handoffs), and Interruption.path/agent/reason.",
 }
 SUPPORTED_VERSIONS: tuple[str, ...] = tuple(SCHEMA_VERSION_SUMMARIES)
 
@@ -69,15 +76,27 @@ class _Model(BaseModel):
 
 
 class Interruption(_Model):
-    """A tool call the run is waiting on: ``approval`` (a human decides) or ``deferred`` (an outside result)."""
+    """A tool call the run is waiting on: ``approval`` (a human decides) or ``deferred`` (an outside result).
+
+    A call waiting inside an agent used as a tool (`Agent.as_tool`) surfaces on the parent with a
+    `path`: the parent's call id, then the child's (and so on down nested agents); its `call_id` is
+    the path joined by ``/``, so it is unique in the parent and `RunState.approve(item.call_id)` works
+    unchanged (the decision is routed to the child's state).
+    """
 
     kind: Literal["approval", "deferred"]
     call_id: str
     tool_name: str
     arguments: str
-    """The arguments as the model produced them (JSON text)."""
+    """The arguments as the model produced them (JSON text); after a guardrail replaced them, the new ones."""
     parameters: dict[str, Any] | None = None
     """The tool's argument schema, so edited arguments can be checked at approval time."""
+    path: list[str] | None = None
+    """Call ids from this run's call down to the waiting call (None: a call of this run itself)."""
+    agent: str | None = None
+    """The agent whose call waits (set for calls inside agent tools and after handoffs)."""
+    reason: str | None = None
+    """Why approval is asked when a guardrail asked for it (`ToolDecision.require_approval`)."""
 
     def parsed_arguments(self) -> Any:
         return json.loads(self.arguments)
@@ -128,6 +147,26 @@ class RepeatedCall(_Model):
     """The model turn that made the repeated call."""
 
 
+class GuardrailRecord(_Model):
+    """What one guardrail decided, kept in `RunState.guardrails` so a resume neither re-runs nor re-bills it."""
+
+    kind: Literal["input", "output", "tool_input", "tool_output"]
+    name: str
+    verdict: Literal["allow", "trip", "reject", "replace", "approval", "stop"]
+    """``allow``/``trip`` for input and output guardrails; the `ToolDecision` action for tool guardrails."""
+    turn: int = 0
+    """Model requests the run had made when the guardrail ran."""
+    call_id: str | None = None
+    """The tool call a tool guardrail looked at."""
+    output: Any = None
+    """The guardrail's own output (what it found), as JSON."""
+    message: str | None = None
+    arguments: str | None = None
+    """Replacement arguments (JSON text) of a ``replace`` verdict before a call."""
+    content: str | None = None
+    """Replacement result text of a ``replace`` verdict after a call."""
+
+
 class RunState(_Model):
     """A resumable snapshot of an agent run (see the module docstring for the compatibility policy)."""
 
@@ -167,6 +206,17 @@ class RunState(_Model):
     stalled: bool = False
     """A round of tool calls since the last user message only repeated earlier calls: tools stay off
     (the model is asked for its answer) until the next user message."""
+    children: dict[str, RunState] = Field(default_factory=dict)
+    """Runs of agents used as tools (`Agent.as_tool`) that paused, by this run's call id: resuming this
+    run resumes each child where it stopped. Optional and additive within 1.1."""
+    guardrails: list[GuardrailRecord] = Field(default_factory=list)
+    """Every guardrail result of the run (optional, additive within 1.1)."""
+    input_guarded: bool = False
+    """The latest user input went through the input guardrails (a new user message clears it)."""
+    current_agent: str | None = None
+    """The agent answering now, after a handoff (None: the agent the run started with)."""
+    handoff_to: str | None = None
+    """A handoff the model asked for, applied once the open batch is resolved."""
     trace_context: dict[str, str] | None = None
     """The W3C trace context (``traceparent``, ``tracestate``) of the run's first ``invoke_agent`` span,
     when the run is traced (`parley.tracing`): a resume, in any process, continues that trace.
@@ -177,8 +227,26 @@ class RunState(_Model):
         for item in self.pending:
             if item.call_id == call_id:
                 return item
+        # a call inside an agent tool may also be named by its own id, when that is unambiguous
+        inner = [i for i in self.pending if i.path and i.path[-1] == call_id]
+        if len(inner) == 1:
+            return inner[0]
         known = ", ".join(repr(i.call_id) for i in self.pending) or "none"
-        raise UnknownCallError(f"call {call_id!r} is not pending in this run state (pending: {known})")
+        why = "names more than one pending call: use the full call_id" if inner else "is not pending in this run state"
+        raise UnknownCallError(f"call {call_id!r} {why} (pending: {known})")
+
+    def _child(self, item: Interruption) -> tuple[RunState, str]:
+        """The child state a nested item belongs to, and the item's id there (see `Interruption.path`)."""
+        assert item.path is not None
+        child = self.children.get(item.path[0])
+        if child is None:
+            raise RunStateError(
+                f"call {item.call_id!r} waits inside agent call {item.path[0]!r}, whose state is missing"
+            )
+        return child, "/".join(item.path[1:])
+
+    def _drop(self, item: Interruption) -> None:
+        self.pending = [i for i in self.pending if i.call_id != item.call_id]
 
     def _resolve(self, call_id: str, decision: Approved | Rejected | Provided) -> None:
         self.pending = [i for i in self.pending if i.call_id != call_id]
@@ -187,6 +255,11 @@ class RunState(_Model):
     def approve(self, call_id: str, *, arguments: dict[str, Any] | str | None = None) -> None:
         """Let the call run, optionally with edited `arguments` (checked against the tool's schema now)."""
         item = self._take(call_id)
+        if item.path:
+            child, inner = self._child(item)
+            child.approve(inner, arguments=arguments)
+            self._drop(item)
+            return
         if item.kind == "deferred":
             raise UnknownCallError(f"call {call_id!r} ({item.tool_name}) is deferred: use provide_result, not approve")
         edited: str | None = None
@@ -199,17 +272,27 @@ class RunState(_Model):
 
     def reject(self, call_id: str, message: str = DEFAULT_REJECTION) -> None:
         """Do not run the call; `message` reaches the model as the tool's error result."""
-        self._take(call_id)
-        self._resolve(call_id, Rejected(message=message))
+        item = self._take(call_id)
+        if item.path:
+            child, inner = self._child(item)
+            child.reject(inner, message)
+            self._drop(item)
+            return
+        self._resolve(item.call_id, Rejected(message=message))
 
     def provide_result(self, call_id: str, value: Any, *, is_error: bool = False) -> None:
         """Answer the call from outside (a deferred tool's result, or instead of running it)."""
-        self._take(call_id)
+        item = self._take(call_id)
         try:
             json.dumps(value)
         except (TypeError, ValueError) as exc:
             raise RunStateError(f"the result for call {call_id!r} must be JSON-serialisable: {exc}") from None
-        self._resolve(call_id, Provided(value=value, is_error=is_error))
+        if item.path:
+            child, inner = self._child(item)
+            child.provide_result(inner, value, is_error=is_error)
+            self._drop(item)
+            return
+        self._resolve(item.call_id, Provided(value=value, is_error=is_error))
 
     # -- serialisation ---------------------------------------------------------------------------
     def to_json(self, *, indent: int | None = None, blobs: BlobStore | None = None) -> str:

@@ -99,6 +99,7 @@ def clean_schema(schema: Any) -> Any:
 
 
 def _is_context(annotation: Any) -> bool:
+    annotation = typing.get_origin(annotation) or annotation  # ToolContext[Deps] as well as ToolContext
     return isinstance(annotation, type) and issubclass(annotation, ToolContext)
 
 

@@ -15,6 +15,11 @@
 The decorator returns a `Tool`; calling the tool calls the function unchanged (handy in tests). Name,
 description and parameter descriptions come from the function and its docstring unless given; the
 argument schema comes from the type hints (see `parley.tools.schema`).
+
+Per-turn availability: `is_enabled` (a bool, or a sync/async predicate on the run's `RunContext`)
+says whether the model is offered the tool on this turn; `prepare(ctx, spec)` may return a changed
+`ToolSpec` (a narrower description or schema) or None to leave the tool out of this turn. A call to
+a tool that was not offered on the turn that made it is answered with an error, never run.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import functools
 import inspect
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 from parley.protocol.tool_spec import ToolSpec
@@ -41,6 +46,11 @@ MAX_RETRIES = 10
 """Upper bound on `retries` for one tool; more would hide a broken dependency behind latency."""
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+IsEnabled = bool | Callable[[Any], "bool | Awaitable[bool]"]
+"""`Tool(is_enabled=...)`: a bool, or a predicate on the run's `parley.RunContext` (sync or async)."""
+PrepareTool = Callable[[Any, ToolSpec], "ToolSpec | None | Awaitable[ToolSpec | None]"]
+"""`Tool(prepare=...)`: ``(RunContext, ToolSpec) -> ToolSpec | None`` per turn (None: not offered now)."""
 
 
 def _is_async_callable(function: Callable[..., Any]) -> bool:
@@ -101,7 +111,8 @@ class Tool:
     result without running or asking again, ``"allow"`` it, or answer it with an ``"error"``; the default is
     ``"allow"`` for idempotent tools and ``"reuse"`` for the rest, see `parley.tools.repeat`),
     `max_argument_bytes`/`max_argument_depth` (argument JSON limits), `max_result_chars` (result cap;
-    `None` uses the executor's default), `strict` (forwarded to `ToolSpec.strict`).
+    `None` uses the executor's default), `strict` (forwarded to `ToolSpec.strict`), `is_enabled` and
+    `prepare` (per-turn availability, see the module docstring).
     """
 
     def __init__(
@@ -120,6 +131,8 @@ class Tool:
         max_argument_depth: int = DEFAULT_MAX_DEPTH,
         max_result_chars: int | None = None,
         strict: bool = False,
+        is_enabled: IsEnabled = True,
+        prepare: PrepareTool | None = None,
     ) -> None:
         if not callable(function):
             raise ToolDefinitionError(f"a tool needs a callable, not {type(function).__name__}")
@@ -159,6 +172,12 @@ class Tool:
         self.max_argument_depth = max_argument_depth
         self.max_result_chars = max_result_chars
         self.strict = strict
+        if not (isinstance(is_enabled, bool) or callable(is_enabled)):
+            raise ToolDefinitionError(f"tool {tool_name!r}: is_enabled must be a bool or a predicate on the run")
+        if prepare is not None and not callable(prepare):
+            raise ToolDefinitionError(f"tool {tool_name!r}: prepare must be a callable (ctx, spec) -> ToolSpec | None")
+        self.is_enabled: IsEnabled = is_enabled
+        self.prepare = prepare
         self.is_async = _is_async_callable(function)
         self.arguments: ArgumentModel = build_argument_model(function, name=tool_name, docstring=docstring)
 
@@ -234,6 +253,8 @@ def tool(
     max_argument_depth: int = DEFAULT_MAX_DEPTH,
     max_result_chars: int | None = None,
     strict: bool = False,
+    is_enabled: IsEnabled = True,
+    prepare: PrepareTool | None = None,
 ) -> Callable[[F], Tool]: ...
 
 

@@ -1,0 +1,206 @@
+"""Agent as a tool: nested pauses with a path, child state inside the parent's, usage and limits added up."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parley import Agent, RunState, UsageLimits, tool
+from parley.backends import FunctionBackend, ModelRequest, ScriptedBackend, ScriptedTurn
+from parley.backends.scripted import call
+from parley.errors import UsageLimitExceeded
+from parley.protocol import Usage
+from tests.conftest import REPO_ROOT
+from tests.sdk.teamwork_agents import CHILD_USAGE, PARENT_USAGE, counter_tool, mail_agents
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def test_a_call_inside_the_child_pauses_the_parent_with_a_path(tmp_path: Path) -> None:
+    counter = tmp_path / "sent.log"
+    assistant, parent_backend, child_backend = mail_agents(counter)
+    result = await assistant.run("Tell Ada the report is late")
+
+    assert result.paused and not lines(counter)
+    [item] = result.interruptions
+    assert item.path == ["ask_1", "mail_1"] and item.call_id == "ask_1/mail_1"
+    assert item.tool_name == "send_email" and item.agent == "mailer" and item.kind == "approval"
+    child = result.state.children["ask_1"]
+    assert [i.call_id for i in child.pending] == ["mail_1"]
+    assert child.usage == CHILD_USAGE
+    assert result.usage == PARENT_USAGE + CHILD_USAGE  # own + child's, at the pause too
+    assert len(parent_backend.requests) == 1 and len(child_backend.requests) == 1
+
+    state = RunState.from_json(result.state.to_json())
+    state.approve(item.call_id)
+    assert not state.pending and state.children["ask_1"].decisions["mail_1"].kind == "approved"
+    done = await assistant.run(state=state)
+    assert done.output == "Done. Mailer: sent to ada@example.com" and not done.paused
+    assert lines(counter) == ["main mail_1"]
+    assert done.usage == PARENT_USAGE + PARENT_USAGE + CHILD_USAGE + CHILD_USAGE
+    assert not done.state.children  # the child finished: its state is no longer kept
+    assert len(child_backend.requests) == 2  # the child resumed where it paused: no request repeated
+
+
+async def test_the_childs_own_call_id_approves_when_unambiguous_and_reject_is_routed(tmp_path: Path) -> None:
+    counter = tmp_path / "sent.log"
+    assistant, _, child_backend = mail_agents(counter)
+    result = await assistant.run("Tell Ada the report is late")
+    state = result.state
+    state.reject("mail_1", "Not now.")
+    done = await assistant.run(state=state)
+    assert done.output == "Done. Mailer: Not now." and not lines(counter)
+    assert child_backend.requests[-1].conversation.messages[-1].tool_results[0].content == "Not now."
+
+
+def test_two_copies_approved_in_two_processes_each_send_once(tmp_path: Path) -> None:
+    counter = tmp_path / "sent.log"
+    assistant, _, _ = mail_agents(counter)
+    paused = assistant.run_sync("Tell Ada the report is late")
+    state_file = tmp_path / "state.json"
+    state_file.write_text(paused.state.to_json())
+
+    outputs = []
+    for tag in ("first", "second"):
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.sdk.teamwork_agents", "resume-mail", str(state_file), str(counter), tag],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert sorted(lines(counter)) == ["first mail_1", "second mail_1"]  # each copy sent exactly once
+    for out in outputs:
+        assert out["output"] == "Done. Mailer: sent to ada@example.com" and not out["paused"]
+        assert out["requests"] == 4 and out["input_tokens"] == 2 * 100 + 2 * 7
+
+
+def test_a_parent_request_limit_stops_the_child_on_its_second_request() -> None:
+    @tool
+    def lookup(city: str) -> str:
+        """Weather.
+
+        Args:
+            city: City.
+        """
+        return "4 C"
+
+    child_backend = ScriptedBackend([ScriptedTurn(tool_calls=[call("lookup", {"city": "Oslo"})]), "It is 4 C."])
+    child = Agent(child_backend, name="weather", tools=[lookup])
+    parent_backend = ScriptedBackend(
+        [
+            ScriptedTurn(tool_calls=[call("lookup", {"city": "Bergen"})]),
+            ScriptedTurn(tool_calls=[call("weather", {"input": "Oslo?"})]),
+            "unreachable",
+        ]
+    )
+    parent = Agent(
+        parent_backend, tools=[lookup, child.as_tool()], usage_limits=UsageLimits(request_limit=3), max_tool_rounds=None
+    )
+    with pytest.raises(UsageLimitExceeded) as caught:
+        parent.run_sync("Weather in Bergen and Oslo?")
+    assert caught.value.limit == "request_limit" and caught.value.value == 4
+    assert len(parent_backend.requests) == 2 and len(child_backend.requests) == 1
+
+
+def test_a_parent_cost_limit_counts_the_childs_cost() -> None:
+    from decimal import Decimal
+
+    priced = Usage(input_tokens=1, output_tokens=1, requests=1, cost=Decimal("0.4"))
+    child_backend = ScriptedBackend([ScriptedTurn(text="child answer", usage=priced)])
+    child = Agent(child_backend, name="helper")
+    parent_backend = ScriptedBackend(
+        [ScriptedTurn(tool_calls=[call("helper", {"input": "x"})], usage=priced), ScriptedTurn(text="x", usage=priced)]
+    )
+    parent = Agent(parent_backend, tools=[child.as_tool()], usage_limits=UsageLimits(cost_limit=Decimal("0.7")))
+    with pytest.raises(UsageLimitExceeded) as caught:
+        parent.run_sync("go")
+    assert caught.value.limit == "cost_limit" and caught.value.value == Decimal("0.8")
+    assert len(parent_backend.requests) == 1  # stopped inside the child, before the parent's next request
+
+
+async def test_a_child_failing_on_its_own_gives_the_parent_an_error_result() -> None:
+    child = Agent(
+        ScriptedBackend([ScriptedTurn(tool_calls=[call("nothing", {})])] * 2), name="looper", max_turns=1
+    )
+    parent_backend = ScriptedBackend([ScriptedTurn(tool_calls=[call("looper", {"input": "go"})]), "gave up"])
+    result = await Agent(parent_backend, tools=[child.as_tool()]).run("go")
+    assert result.output == "gave up"
+    seen = parent_backend.requests[1].conversation.messages[-1].tool_results[0]
+    assert seen.is_error and "looper agent could not finish" in seen.content and "max_turns=1" in seen.content
+
+
+async def test_needs_approval_on_the_agent_tool_is_asked_once(tmp_path: Path) -> None:
+    counter = tmp_path / "sent.log"
+    child = Agent(
+        FunctionBackend(lambda r: _mail_or_answer(r), name="child"), name="mailer", tools=[counter_tool(counter, "t")]
+    )
+    parent = Agent(
+        ScriptedBackend([ScriptedTurn(tool_calls=[call("mailer", {"input": "mail Ada"}, id="ask")]), "ok"]),
+        tools=[child.as_tool(needs_approval=True, output_extractor=lambda r: f"[{r.output}]")],
+    )
+    first = await parent.run("mail Ada")
+    assert [i.call_id for i in first.interruptions] == ["ask"]  # the agent tool itself needs approval
+    first.state.approve("ask")
+    second = await parent.run(state=first.state)
+    assert [i.call_id for i in second.interruptions] == ["ask/mail_1"]  # then the call inside it
+    second.state.approve("ask/mail_1")
+    third = await parent.run(state=second.state)
+    assert third.output == "ok" and lines(counter) == ["t mail_1"]
+    assert third.messages[-2].tool_results[0].content == "[Mailer: sent to ada@example.com]"
+
+
+def _mail_or_answer(request: ModelRequest) -> Any:
+    from tests.sdk.teamwork_agents import mailer_model
+
+    return mailer_model(request)
+
+
+async def test_a_crash_mid_child_resumes_from_the_parents_checkpoint_without_resending(tmp_path: Path) -> None:
+    counter = tmp_path / "sent.log"
+    snapshots: list[str] = []
+    crash = {"armed": True}
+
+    def flaky_mailer(request: ModelRequest) -> Any:
+        from tests.sdk.teamwork_agents import mailer_model
+
+        if crash["armed"] and any(r for m in request.conversation for r in m.tool_results):
+            raise RuntimeError("process died")  # after the email went out, before the child answered
+        return mailer_model(request)
+
+    @tool(name="send_email")
+    def send_email(to: str, body: str) -> str:
+        """Send.
+
+        Args:
+            to: Address.
+            body: Text.
+        """
+        with open(counter, "a", encoding="utf-8") as handle:
+            handle.write("sent\n")
+        return f"sent to {to}"
+
+    def agents() -> Agent[str]:
+        from tests.sdk.teamwork_agents import assistant_model
+
+        mailer = Agent(FunctionBackend(flaky_mailer), name="mailer", tools=[send_email])
+        return Agent(FunctionBackend(assistant_model), tools=[mailer.as_tool()])
+
+    with pytest.raises(RuntimeError, match="process died"):
+        await agents().run("Tell Ada", checkpoint=lambda s: snapshots.append(s.to_json()))
+    last = RunState.from_json(snapshots[-1])
+    assert last.children["ask_1"].records or last.children["ask_1"].messages[-1].tool_results
+    crash["armed"] = False
+    done = await agents().run(state=last)
+    assert done.output == "Done. Mailer: sent to ada@example.com"
+    assert lines(counter) == ["sent"]  # the email went out once, crash or not
