@@ -81,6 +81,30 @@ CASES = [
         ),
     ),
     Example(
+        "mcp_notes_server.py",
+        args=("--help",),
+        expected=("--count-file COUNT_FILE", "A small MCP server (the official `mcp` SDK)"),
+    ),
+    Example(
+        "mcp_agent.py",
+        expected=(
+            "tools: notes_add_note, notes_list_notes, notes_delete_note, notes_slow, notes_add_tool_later",
+            'paused: notes_delete_note({"title":"draft"}) needs approval',
+            "answer: notes_add_note: stored 'draft'; notes_delete_note: deleted 'draft'",
+            "model requests: 2",
+        ),
+    ),
+    Example(
+        "tracing_spans.py",
+        expected=(
+            "invoke_agent weather\n  chat claude-example\n  execute_tool lookup\n  chat claude-example",
+            "chat gen_ai.usage.input_tokens: 1210",  # 10 uncached + 1000 cache read + 200 cache write
+            "chat gen_ai.usage.cache_read.input_tokens: 1000",
+            "chat gen_ai.usage.cache_creation.input_tokens: 200",
+            "run gen_ai.aggregated_usage.input_tokens: 2420",
+        ),
+    ),
+    Example(
         "local_structured_answer.py",
         # The facts are the 135M model's business; the shape is guaranteed by the token mask.
         expected=("output type: Capital", 'answer: {"country":"', '","capital":"', "model requests: 1", "cost: 0"),
