@@ -9,14 +9,27 @@ import pytest
 PACKAGES = [
     "parley",
     "parley.backends",
+    "parley.backends.local",
     "parley.constrained",
     "parley.errors",
     "parley.local_engine",
+    "parley.mcp",
     "parley.protocol",
     "parley.sandbox",
     "parley.server",
+    "parley.sessions",
     "parley.tools",
+    "parley.tracing",
 ]
+INTERNAL = {"parley.constrained.backends", "parley.local_engine.models"}
+"""Subpackages without a curated surface (their parent package exports what users need)."""
+
+
+def test_every_shipped_package_is_curated_or_declared_internal() -> None:
+    from tests.test_packaging import _config
+
+    listed = set(_config()["packages"])
+    assert listed - set(PACKAGES) - INTERNAL == set(), "a new package needs a curated __all__ checked here"
 
 
 @pytest.mark.parametrize("name", PACKAGES)
