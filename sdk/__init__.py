@@ -1,12 +1,25 @@
 """parley: agents over local and hosted language models.
 
 `from parley import Agent, tool` is the front door; the layers live in `parley.protocol`,
-`parley.constrained`, `parley.sandbox`, `parley.tools`, `parley.local_engine`.
+`parley.constrained`, `parley.sandbox`, `parley.tools`, `parley.local_engine`. Agents that work
+together and runs users control: `Agent.as_tool`, `handoff` (`parley.handoffs`), guardrails
+(`parley.guardrails`), `RunHooks` (`parley.hooks`), `RunContext` (`parley.context`).
 """
 
 from parley._root import ParleyError
 from parley.agent import Agent
 from parley.caching import CachePolicy
+from parley.context import RunContext
+from parley.guardrails import (
+    GuardrailResult,
+    ToolDecision,
+    input_guardrail,
+    output_guardrail,
+    tool_input_guardrail,
+    tool_output_guardrail,
+)
+from parley.handoffs import Handoff, handoff
+from parley.hooks import RunHooks
 from parley.protocol import Conversation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
 from parley.reasoning import Reasoning
 from parley.result import RunResult
@@ -19,6 +32,8 @@ __all__ = [
     "Agent",
     "CachePolicy",
     "Conversation",
+    "GuardrailResult",
+    "Handoff",
     "Interruption",
     "MemorySession",
     "Message",
@@ -26,6 +41,8 @@ __all__ = [
     "Reasoning",
     "RepeatedCall",
     "Role",
+    "RunContext",
+    "RunHooks",
     "RunResult",
     "RunState",
     "SQLAlchemySession",
@@ -34,9 +51,15 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolContext",
+    "ToolDecision",
     "ToolResult",
     "ToolSpec",
     "Usage",
     "UsageLimits",
+    "handoff",
+    "input_guardrail",
+    "output_guardrail",
     "tool",
+    "tool_input_guardrail",
+    "tool_output_guardrail",
 ]
