@@ -82,7 +82,7 @@ class RunLoop:
         self.controls: RunControls | None = None
         """Hooks, guardrails, handoffs, agent tools, dynamic instructions (None: the agent uses none)."""
         link = take_link()  # set when this run is an agent tool's child run
-        if agent.controlled or link is not None:
+        if agent.controlled or link is not None or state.current_agent is not None:  # (after a handoff)
             self.controls = self.tool_runner.controls = RunControls(self, link)
 
     async def checkpoint(self) -> None:

@@ -204,3 +204,13 @@ async def test_a_crash_mid_child_resumes_from_the_parents_checkpoint_without_res
     done = await agents().run(state=last)
     assert done.output == "Done. Mailer: sent to ada@example.com"
     assert lines(counter) == ["sent"]  # the email went out once, crash or not
+
+
+async def test_the_frozen_nested_state_fixture_resumes(tmp_path: Path) -> None:
+    fixture = REPO_ROOT / "tests/fixtures/run_state/1.1/agent_tool_child_paused_for_approval.json"
+    state = RunState.from_json(fixture.read_text())
+    [item] = state.pending
+    state.approve(item.call_id)
+    counter = tmp_path / "sent.log"
+    done = await mail_agents(counter)[0].run(state=state)
+    assert done.output == "Done. Mailer: sent to ada@example.com" and lines(counter) == ["main mail_1"]
