@@ -105,6 +105,27 @@ CASES = [
         ),
     ),
     Example(
+        "agent_as_tool_approval.py",
+        expected=(
+            "paused: send_email in agent mailer, path ask_1 -> mail_1",  # the child's approval, on the parent
+            "child state kept under: ask_1",
+            "approved ask_1/mail_1",
+            "answer: Done: Ada knows the report is late.",
+            "emails sent: 1",
+            "usage: requests=4 (assistant 2, mailer 2) input_tokens=740 output_tokens=47",  # own + the child's
+        ),
+    ),
+    Example(
+        "handoff_triage.py",
+        expected=(
+            "triage offered: transfer_to_billing, transfer_to_support",
+            "billing saw: system, user (tool calls filtered out)",
+            "paused in billing: refund {'order': 'A17', 'amount': 30}",
+            "answered by: billing",
+            "output: Refund order='A17' amount=30",
+        ),
+    ),
+    Example(
         "local_structured_answer.py",
         # The facts are the 135M model's business; the shape is guaranteed by the token mask.
         expected=("output type: Capital", 'answer: {"country":"', '","capital":"', "model requests: 1", "cost: 0"),
