@@ -1,9 +1,10 @@
 """The envelope: one message type for every backend.
 
 A `Message` is Harmony-shaped (role, channel, recipient, content type) and carries a list of
-*parts* discriminated by `kind`: text, reasoning (with a provider signature or a redacted payload),
-tool calls, tool results, images and documents. Codecs (Harmony, chat templates, Anthropic and
-OpenAI wire JSON) only translate envelopes; nothing else in parley depends on a provider's shape.
+*parts* discriminated by `kind`: text (a compaction summary is a `SummaryPart`, a kind of text),
+reasoning (with a provider signature or a redacted payload), tool calls, tool results, images and
+documents. Codecs (Harmony, chat templates, Anthropic and OpenAI wire JSON) only translate
+envelopes; nothing else in parley depends on a provider's shape.
 
 Media parts (`ImagePart`: png, jpeg, gif or webp; `DocumentPart`: PDF) hold a URL or bytes. Bytes
 are content-hashed: the part carries their ``sha256``, checked whenever the part is built or loaded
@@ -78,6 +79,15 @@ class TextPart(_Part):
 
     kind: Literal["text"] = "text"
     text: str
+
+
+class SummaryPart(TextPart):
+    """A summary standing in for earlier messages, written by compaction (`parley.compaction`).
+
+    A kind of `TextPart` (``isinstance(part, TextPart)`` holds), so every codec renders it as the
+    text it is; its own `kind` lets code (and the JSON) tell a summary from what a person wrote."""
+
+    kind: Literal["summary"] = "summary"  # type: ignore[assignment]
 
 
 class ReasoningPart(_Part):
@@ -397,7 +407,8 @@ class ToolResult(_Part):
 
 
 Part = Annotated[
-    TextPart | ReasoningPart | ToolCall | ToolResult | ImagePart | DocumentPart, Field(discriminator="kind")
+    TextPart | SummaryPart | ReasoningPart | ToolCall | ToolResult | ImagePart | DocumentPart,
+    Field(discriminator="kind"),
 ]
 
 

@@ -94,7 +94,7 @@ def estimate_usage(request: ModelRequest, message: Message) -> Usage:
 
 def part_text(part: Any) -> str:
     kind = part.kind
-    if kind in ("text", "reasoning"):
+    if kind in ("text", "summary", "reasoning"):
         return str(part.text)
     if kind == "tool_call":
         return f"{part.name} {part.arguments}"
