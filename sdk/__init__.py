@@ -3,12 +3,14 @@
 `from parley import Agent, tool` is the front door; the layers live in `parley.protocol`,
 `parley.constrained`, `parley.sandbox`, `parley.tools`, `parley.local_engine`. Agents that work
 together and runs users control: `Agent.as_tool`, `handoff` (`parley.handoffs`), guardrails
-(`parley.guardrails`), `RunHooks` (`parley.hooks`), `RunContext` (`parley.context`).
+(`parley.guardrails`), `RunHooks` (`parley.hooks`), `RunContext` (`parley.context`). Long
+conversations: history processors (`parley.history`) and `Compaction` (`parley.compaction`).
 """
 
 from parley._root import ParleyError
 from parley.agent import Agent
 from parley.caching import CachePolicy
+from parley.compaction import Compaction
 from parley.context import RunContext
 from parley.guardrails import (
     GuardrailResult,
@@ -19,6 +21,7 @@ from parley.guardrails import (
     tool_output_guardrail,
 )
 from parley.handoffs import Handoff, handoff
+from parley.history import HistoryContext
 from parley.hooks import RunHooks
 from parley.protocol import Conversation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
 from parley.reasoning import Reasoning
@@ -31,9 +34,11 @@ from parley.usage_limits import UsageLimits
 __all__ = [
     "Agent",
     "CachePolicy",
+    "Compaction",
     "Conversation",
     "GuardrailResult",
     "Handoff",
+    "HistoryContext",
     "Interruption",
     "MemorySession",
     "Message",

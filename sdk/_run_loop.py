@@ -26,6 +26,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from parley._history_run import shape_history
 from parley._run_controls import RunControls
 from parley._run_tools import ToolRunner
 from parley._run_turn import EventSink, take_turn, unique_call_ids
@@ -127,6 +128,8 @@ class RunLoop:
                 )
             agent.usage_limits.check_before_request(state.usage)
             request = self._request()
+            if agent.history_processors or agent.compaction is not None:  # parley.history, parley.compaction
+                request = await shape_history(self, request)
             if self.controls is not None:
                 request = await self.controls.prepare_request(request)
             if self.tracer is None:

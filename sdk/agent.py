@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from typing_extensions import TypeVar as DefaultTypeVar
 
+from parley._history_run import history_options
 from parley._run_controls import configure
 from parley._run_history import normalise_history, recorded_for
 from parley._run_loop import CheckpointFn, RunLoop, new_user_turn
@@ -43,8 +44,10 @@ from parley.usage_limits import UsageLimits
 
 if TYPE_CHECKING:
     from parley.agent_tool import AgentTool, OutputExtractor
+    from parley.compaction import Compaction
     from parley.guardrails import Guardrail, GuardrailSet
     from parley.handoffs import Handoff
+    from parley.history import HistoryProcessor
     from parley.hooks import RunHooks
     from parley.tools.policy import NeedsApproval
 
@@ -96,6 +99,12 @@ class Agent(Generic[OutputT, DepsT]):
     `handoffs` let the model pass the conversation to other agents (`parley.handoffs`);
     `as_tool()` makes this agent a tool of another (`parley.agent_tool`). `description` says what
     the agent does (used for its handoff and agent-tool descriptions).
+
+    Long conversations: `history_processors` (`parley.history`) shape what each request shows the
+    model (sync or async functions of the messages, optionally of the context; a call is never sent
+    without its result); `compaction` (`parley.compaction.Compaction`) summarises the oldest turns
+    when a request passes a fraction of the model's context window, keeping the cached prefix.
+    The stored history is never changed by either.
     """
 
     # set by `parley._run_controls.configure`
@@ -134,6 +143,8 @@ class Agent(Generic[OutputT, DepsT]):
         hooks: RunHooks[DepsT] | None = None,
         guardrails: Sequence[Guardrail] = (),
         handoffs: Sequence[Agent[Any, Any] | Handoff] = (),
+        history_processors: Sequence[HistoryProcessor] = (),
+        compaction: Compaction | None = None,
     ) -> None: ...
 
     @overload
@@ -159,6 +170,8 @@ class Agent(Generic[OutputT, DepsT]):
         hooks: RunHooks[DepsT] | None = None,
         guardrails: Sequence[Guardrail] = (),
         handoffs: Sequence[Agent[Any, Any] | Handoff] = (),
+        history_processors: Sequence[HistoryProcessor] = (),
+        compaction: Compaction | None = None,
     ) -> None: ...
 
     def __init__(
@@ -183,6 +196,8 @@ class Agent(Generic[OutputT, DepsT]):
         hooks: RunHooks[DepsT] | None = None,
         guardrails: Sequence[Guardrail] = (),
         handoffs: Sequence[Agent[Any, Any] | Handoff] = (),
+        history_processors: Sequence[HistoryProcessor] = (),
+        compaction: Compaction | None = None,
     ) -> None:
         if not isinstance(backend, Backend):
             raise ConfigurationError(f"backend must implement parley.backends.Backend, not {type(backend).__name__}")
@@ -213,6 +228,7 @@ class Agent(Generic[OutputT, DepsT]):
         configure(
             self, description=description, deps_type=deps_type, hooks=hooks, guardrails=guardrails, handoffs=handoffs
         )
+        self.history_processors, self.compaction = history_options(history_processors, compaction)
         names = [t.name for t in self.tools]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:

@@ -14,7 +14,9 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
     │   ├── UsageLimitExceeded          requests, tokens, tool calls or cost over a UsageLimits cap
     │   ├── OutputValidationError       structured output still invalid after the repair tries
     │   ├── GuardrailTripped            a guardrail stopped the run (guardrail, kind, output)
-    │   └── HookError                   a RunHooks method raised (hook names it; the cause is chained)
+    │   ├── HookError                   a RunHooks method raised (hook names it; the cause is chained)
+    │   ├── HistoryProcessorError       a history processor broke call/result adjacency or the open batch (names it)
+    │   └── CompactionError             compaction could not summarise (the summariser gave no text)
     ├── RunStateError                   parley.errors: a RunState cannot be loaded or resolved
     │   ├── RunStateVersionError        unknown or newer schema_version
     │   ├── UnknownCallError            approve/reject/provide_result on a call that is not pending
@@ -225,6 +227,21 @@ class HookError(AgentError):
         self.hook = hook
 
 
+class HistoryProcessorError(AgentError):
+    """A history processor (`Agent(history_processors=...)`) returned a history that cannot be sent:
+    a tool result without its call, a call without its result, the open batch of the current turn
+    cut, or not a list of messages. `processor` names it; `call_ids` are the calls concerned."""
+
+    def __init__(self, message: str, *, processor: str, call_ids: typing.Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.processor = processor
+        self.call_ids = list(call_ids)
+
+
+class CompactionError(AgentError):
+    """Compaction (`parley.compaction.Compaction`) could not summarise the older messages."""
+
+
 class RunStateError(ParleyError):
     """A RunState cannot be loaded, resumed or resolved as asked."""
 
@@ -296,6 +313,7 @@ __all__ = [
     "BadRequestError",
     "BlobIntegrityError",
     "CodecConfigError",
+    "CompactionError",
     "CompileLimitError",
     "ConfigurationError",
     "ConstrainedError",
@@ -305,6 +323,7 @@ __all__ = [
     "EngineError",
     "GrammarSyntaxError",
     "GuardrailTripped",
+    "HistoryProcessorError",
     "HookError",
     "InvalidArgumentsError",
     "InvalidRegexError",

@@ -55,7 +55,8 @@ SCHEMA_VERSION_SUMMARIES: dict[str, str] = {
     "stalled (a round only repeated earlier calls: tools off until the next user message); optional "
     "trace_context (the W3C trace context of a traced run, so a resume continues its trace); optional "
     "children (paused runs of agents used as tools, by call id), guardrails (guardrail results), "
-    "input_guarded, current_agent and handoff_to (handoffs), and Interruption.path/agent/reason.",
+    "input_guarded, current_agent and handoff_to (handoffs), and Interruption.path/agent/reason; optional "
+    "compaction (the summary that stands in for the oldest messages, parley.compaction).",
 }
 SUPPORTED_VERSIONS: tuple[str, ...] = tuple(SCHEMA_VERSION_SUMMARIES)
 
@@ -167,6 +168,30 @@ class GuardrailRecord(_Model):
     """Replacement result text of a ``replace`` verdict after a call."""
 
 
+class CompactionRecord(_Model):
+    """What compaction (`parley.compaction`) replaced, kept in `RunState.compaction` so a resume sends
+    the same summary instead of asking for it again.
+
+    Indices count the conversation as the model sees it without the instructions: the session's
+    history, then `RunState.messages`; ``[start, through)`` is what the summary stands in for.
+    """
+
+    summary: str
+    start: int
+    through: int
+    digest: str
+    """sha256 over the messages before `through`: a record whose messages changed is not used."""
+    turn: int = 0
+    """Model requests the run had made when it compacted."""
+    tokens_before: int = 0
+    """The request's size (tokens, counted or estimated) that passed the threshold."""
+    tokens_after: int = 0
+    backend: str = ""
+    """The backend that wrote the summary."""
+    count: int = 1
+    """Compactions so far (a later one summarises the previous summary with the next turns)."""
+
+
 class RunState(_Model):
     """A resumable snapshot of an agent run (see the module docstring for the compatibility policy)."""
 
@@ -217,6 +242,8 @@ class RunState(_Model):
     """The agent answering now, after a handoff (None: the agent the run started with)."""
     handoff_to: str | None = None
     """A handoff the model asked for, applied once the open batch is resolved."""
+    compaction: CompactionRecord | None = None
+    """The latest compaction of the conversation (`parley.compaction`); optional and additive within 1.1."""
     trace_context: dict[str, str] | None = None
     """The W3C trace context (``traceparent``, ``tracestate``) of the run's first ``invoke_agent`` span,
     when the run is traced (`parley.tracing`): a resume, in any process, continues that trace.
