@@ -132,13 +132,15 @@ class RunControls:
         self._parallel_guards: list[Any] = []
         self._armed: asyncio.Task[Any] | None = None
         self._cancelled_by: GuardrailTripped | None = None
+        self._held: list[tuple[Agent[Any, Any], list[Any]]] = []
+        """Toolsets opened for agents handed to (the starting agent's are `Agent._drive`'s business)."""
 
     # -- the run as a whole -------------------------------------------------------------------------
     async def run(self, body: Callable[[], Any]) -> RunResult[Any]:
         loop = self.loop
-        self._restore()
-        await self.hook("on_run_start")
         try:
+            await self._restore()
+            await self.hook("on_run_start")
             result: RunResult[Any] = await body()
         except asyncio.CancelledError:
             if self._cancelled_by is None:
@@ -148,6 +150,9 @@ class RunControls:
         finally:
             if self._parallel is not None and not self._parallel.done():
                 self._parallel.cancel()
+            while self._held:
+                agent, held = self._held.pop()
+                await agent._release_toolsets(held)
         if self.prompt is not None:
             result.messages = self._with_prompt(result.messages, loop.agent)
         if result.paused:
@@ -160,7 +165,7 @@ class RunControls:
             return None
         return await call_hook(self.hooks, name, self.ctx, *args)
 
-    def _restore(self) -> None:
+    async def _restore(self) -> None:
         """A resumed run continues with the agent it was handed to."""
         name = self.loop.state.current_agent
         if name is None or name == self.loop.agent.name:
@@ -171,11 +176,13 @@ class RunControls:
                 f"this run state is with agent {name!r}, which {self.loop.agent.name!r} cannot reach through "
                 "its handoffs; resume with the agent the run started with"
             )
-        self._become(agent)
+        await self._become(agent)
 
-    def _become(self, agent: Agent[Any, Any]) -> None:
+    async def _become(self, agent: Agent[Any, Any]) -> None:
         from parley._run_tools import ToolRunner
 
+        if agent.toolsets and agent is not self.root:  # e.g. the MCP servers of the agent handed to
+            self._held.append((agent, await agent._acquire_toolsets()))
         loop = self.loop
         loop.agent = agent
         loop.tool_runner = ToolRunner(agent.tools, agent.toolsets, getattr(loop, "tracer", None))
@@ -317,7 +324,7 @@ class RunControls:
         if spec is None:
             raise ConfigurationError(f"the run was handed to {name!r}, which is not among {source.name!r}'s handoffs")
         state.messages = filtered_history(spec, state.messages)
-        self._become(spec.agent)
+        await self._become(spec.agent)
         state.current_agent = spec.agent.name
         state.handoff_to = None
         state.tool_rounds, state.stalled, state.output_attempts = 0, False, 0

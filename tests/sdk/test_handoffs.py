@@ -135,3 +135,39 @@ async def test_the_frozen_handoff_state_fixture_resumes(tmp_path: Path) -> None:
     counter = tmp_path / "refunds.log"
     done = await refund_agents(counter)[0].run(state=state)
     assert done.output == Refund(order="A17", amount=30) and lines(counter) == ["main refund_1"]
+
+
+async def test_the_toolsets_of_the_agent_handed_to_are_opened_for_it_and_closed_after() -> None:
+    from parley import tool
+    from parley.tools import Toolset
+
+    @tool
+    def stock(item: str) -> str:
+        """Stock level.
+
+        Args:
+            item: Item.
+        """
+        return "3 left"
+
+    class Counting(Toolset):
+        def __init__(self) -> None:
+            super().__init__()
+            self.opened = self.closed = 0
+
+        async def _open(self) -> None:
+            self.opened += 1
+
+        async def _close(self) -> None:
+            self.closed += 1
+
+        def tools(self) -> list[Any]:
+            return [stock] if self._users else []
+
+    toolset = Counting()
+    sales_backend = ScriptedBackend([ScriptedTurn(tool_calls=[call("stock", {"item": "tea"})]), "3 left."])
+    sales = Agent(sales_backend, name="sales", tools=[toolset])
+    triage = Agent(ScriptedBackend([ScriptedTurn(tool_calls=[call("transfer_to_sales", {})])]), handoffs=[sales])
+    result = await triage.run("tea?")
+    assert result.output == "3 left." and [t.name for t in sales_backend.requests[0].tools] == ["stock"]
+    assert (toolset.opened, toolset.closed) == (1, 1)
