@@ -117,6 +117,15 @@ class RunControls:
         self.root = loop.agent
         """The agent the run started with: its hooks and input guardrails serve the whole run."""
         self.hooks: RunHooks[Any] | None = getattr(loop.agent, "hooks", None)
+        self._overridden: frozenset[str] = frozenset()
+        """The hook methods the user wrote (the base class's no-ops are not even called)."""
+        if self.hooks is not None:
+            mine, base, own = type(self.hooks), vars(RunHooks), getattr(self.hooks, "__dict__", {})
+            self._overridden = frozenset(
+                name
+                for name in base
+                if not name.startswith("_") and (getattr(mine, name) is not base[name] or name in own)
+            )
         self.ctx: RunContext[Any] = RunContext(loop)
         self.link = link
         self.ancestors: list[RunLoop] = []
@@ -161,7 +170,7 @@ class RunControls:
         return result
 
     async def hook(self, name: str, *args: Any) -> Any:
-        if self.hooks is None:
+        if self.hooks is None or name not in self._overridden:
             return None
         return await call_hook(self.hooks, name, self.ctx, *args)
 
@@ -370,11 +379,14 @@ class RunControls:
         return plan
 
     def _screen(self, guards: Sequence[Any]) -> Callable[[ToolCall], tuple[str, str | None, str | None] | None]:
-        batch = {c.id for c in self.loop.state.batch}
+        state = self.loop.state
+        batch = {c.id for c in state.batch}
         records: dict[str, list[GuardrailRecord]] = {}
-        for entry in self.loop.state.guardrails:
+        for entry in reversed(state.guardrails):  # this batch's are the latest (made at this turn)
+            if entry.turn < state.turn:
+                break
             if entry.kind == "tool_input" and entry.call_id in batch:
-                records.setdefault(entry.call_id, []).append(entry)
+                records.setdefault(entry.call_id, []).insert(0, entry)
 
         handoffs = {h.tool_name for h in self.loop.agent.handoffs}
 

@@ -13,7 +13,8 @@ backend with the parent's `deps` and tenant. What ties the two runs together:
 * **usage and limits** — every model request of the child is added to the parent's usage as it
   happens (so `RunResult.usage` of the parent is its own plus its children's, resumes included),
   and before each child request the parent's `UsageLimits` are checked too: a parent's request or
-  cost limit stops a child mid-run (the error propagates; nothing is passed by hand);
+  cost limit stops a child mid-run (the error propagates; nothing is passed by hand). Token limits
+  count the children's tokens too; `tool_calls_limit` and `max_turns` stay per agent;
 * **pauses** — a call inside the child that needs approval or an outside result pauses the parent:
   the child's `RunState` is kept in the parent's (`RunState.children`, under the parent's call id),
   its pending calls surface on the parent with a `path` (parent call id, then the child's), and

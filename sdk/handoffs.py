@@ -17,7 +17,8 @@ so no provider ever rejects it. `on_handoff(ctx)` (sync or async) runs at the sw
 The switch is recorded in the state (`RunState.handoff_to`, then `current_agent`), so a run that
 pauses inside the agent handed to resumes there, in any process: resume with the agent the run
 started with (``triage.run(state=...)``); it finds the current one among its handoffs by name.
-Agents in a handoff graph need distinct names.
+Agents in a handoff graph need distinct names. `RunResult.output` is of the output type of the agent
+that answered (`RunResult.last_agent`), whatever the starting agent's type parameter says.
 """
 
 from __future__ import annotations
