@@ -214,3 +214,35 @@ async def test_the_frozen_nested_state_fixture_resumes(tmp_path: Path) -> None:
     counter = tmp_path / "sent.log"
     done = await mail_agents(counter)[0].run(state=state)
     assert done.output == "Done. Mailer: sent to ada@example.com" and lines(counter) == ["main mail_1"]
+
+
+async def test_two_paused_children_of_one_batch_never_cross_talk(tmp_path: Path) -> None:
+    """The Agents SDK's nested-resume cross-talk (#2501): two runs of the same child agent, both paused."""
+    from parley.errors import UnknownCallError
+    from tests.sdk.teamwork_agents import mailer_model
+
+    counter = tmp_path / "sent.log"
+    mailer = Agent(FunctionBackend(mailer_model), name="mailer", tools=[counter_tool(counter, "t")])
+    parent_backend = ScriptedBackend(
+        [
+            ScriptedTurn(
+                tool_calls=[
+                    call("mailer", {"input": "mail Ada"}, id="ask_1"),
+                    call("mailer", {"input": "mail Bo"}, id="ask_2"),
+                ]
+            ),
+            "both handled",
+        ]
+    )
+    parent = Agent(parent_backend, tools=[mailer.as_tool()])
+    paused = await parent.run("mail Ada and Bo")
+    assert sorted(i.call_id for i in paused.interruptions) == ["ask_1/mail_1", "ask_2/mail_1"]
+    state = RunState.from_json(paused.state.to_json())
+    with pytest.raises(UnknownCallError, match="more than one"):
+        state.approve("mail_1")  # the child's own id names two calls here
+    state.approve("ask_1/mail_1")
+    state.reject("ask_2/mail_1", "Not Bo.")
+    done = await parent.run(state=state)
+    assert done.output == "both handled" and lines(counter) == ["t mail_1"]
+    answers = {r.call_id: r.content for m in done.messages for r in m.tool_results}
+    assert answers == {"ask_1": "Mailer: sent to ada@example.com", "ask_2": "Mailer: Not Bo."}
