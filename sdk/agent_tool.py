@@ -28,6 +28,8 @@ gives the parent's model an error result naming the failure; a parent's limit, a
 hook error stops the whole run. `output_extractor(result)` (sync or async) turns the child's
 `RunResult` into the text the parent's model reads; by default a str answer as is, anything else as
 JSON. Each run of an agent as a tool is a new conversation for the child (it sees only ``input``).
+A streaming parent (`run_stream`) streams the child's answer as the tool's result; the child's own
+deltas are not forwarded.
 """
 
 from __future__ import annotations
