@@ -8,7 +8,8 @@ its own (it needs a server, a key...) says so on the line before its fence, e.g.
 
 The quick-start example (the one with `send_report`) is held to its claims: it ends with a typed
 `Answer`, and the report is sent exactly once (the tool prints one line per send), whatever the
-model repeats.
+model repeats; five times greedy and five times sampled (temperature 0.8, seeds 1-5: the test
+adds `sampling=` to the block's `Agent(...)`, nothing else changes), in one process.
 """
 
 from __future__ import annotations
@@ -102,7 +103,13 @@ def test_other_blocks_run(block: Block, tmp_path: Path) -> None:
 @pytest.mark.model
 @pytest.mark.parametrize("block", [b for b in BLOCKS if "def send_report" in b.code], ids=lambda b: f"line{b.line}")
 def test_quickstart_answers_once_sent_and_terminates(block: Block, tmp_path: Path) -> None:
-    out = run_block(block, tmp_path)
+    _check_quickstart_run(run_block(block, tmp_path))
+
+
+SAMPLED = "output_type=Answer,"
+
+
+def _check_quickstart_run(out: str) -> None:
     lines = out.splitlines()
     sent = [line for line in lines if line.startswith("report sent to ")]
     assert len(sent) == 1, f"send_report ran {len(sent)} times:\n{out}"
@@ -110,3 +117,23 @@ def test_quickstart_answers_once_sent_and_terminates(block: Block, tmp_path: Pat
     assert len(answers) == 1, f"no typed Answer printed:\n{out}"
     # the decisions the loop printed: every pending call was shown with its arguments
     assert any(line.startswith("approve? send_report(") for line in lines), out
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("block", [b for b in BLOCKS if "def send_report" in b.code], ids=lambda b: f"line{b.line}")
+def test_quickstart_five_times_greedy_and_five_times_sampled(block: Block, tmp_path: Path) -> None:
+    assert block.code.count(SAMPLED) == 1, f"the test adds sampling after {SAMPLED!r}, which the block lost"
+    variants = [block.code] * 5 + [
+        block.code.replace(SAMPLED, f"{SAMPLED} sampling=SamplingSettings(temperature=0.8, seed={seed}),")
+        for seed in range(1, 6)
+    ]
+    driver = "from parley.backends import SamplingSettings\n" + "".join(
+        f"print('=== run {i}', flush=True)\nexec(compile({code!r}, 'README.md', 'exec'), "
+        "{'__name__': '__main__', 'SamplingSettings': SamplingSettings})\n"
+        for i, code in enumerate(variants)
+    )
+    out = run_block(Block(block.index, block.line, driver, None), tmp_path)
+    runs = out.split("=== run ")[1:]
+    assert len(runs) == 10, out
+    for run in runs:
+        _check_quickstart_run(run)
