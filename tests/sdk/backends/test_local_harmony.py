@@ -104,7 +104,7 @@ def test_grammars_read_the_tokenizer(tokenizer: Any) -> None:
 
 
 def test_a_missing_vocabulary_is_a_typed_error_naming_the_file(tmp_path: Any, monkeypatch: Any) -> None:
-    from parley.backends import harmony_tokenizer
+    from parley.backends.local import harmony_tokenizer
 
     monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TIKTOKEN_ENCODINGS_BASE", raising=False)
