@@ -100,12 +100,6 @@ def test_other_blocks_run(block: Block, tmp_path: Path) -> None:
     run_block(block, tmp_path)
 
 
-@pytest.mark.model
-@pytest.mark.parametrize("block", [b for b in BLOCKS if "def send_report" in b.code], ids=lambda b: f"line{b.line}")
-def test_quickstart_answers_once_sent_and_terminates(block: Block, tmp_path: Path) -> None:
-    _check_quickstart_run(run_block(block, tmp_path))
-
-
 SAMPLED = "output_type=Answer,"
 
 
