@@ -43,7 +43,7 @@ pytest: env sandbox-tools
 	$(BIN)/python -m pytest -q -ra
 
 test: lint typecheck sandbox-tools
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=15
 
 # Write the lock from what .venv has now (after the tests passed with it); no reinstall first.
 lock: | $(BIN)/python
