@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 from parley.local_engine.errors import EngineConfigError, InvalidRequestError
 
+QUANTIZATIONS: tuple[str, ...] = ("int8",)
+"""`EngineConfig.quantization` values (quant.py implements them; this module stays torch-free)."""
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -26,6 +29,11 @@ class EngineConfig:
     - `max_model_len`: context cap (None = the model's own).
     - `enable_prefix_caching`: reuse full KV blocks across requests with the same hash chain.
     - `num_threads`: torch intra-op threads on CPU (None = every core this process may use).
+    - `quantization`: how layer weights are stored and run: None (the engine's dtype) or "int8" (weight-only
+      per-channel int8 through fbgemm's dynamic-int8 linear, CPU fp32 only; see quant.py). Part of the model
+      identity, so prefix-cached KV is never shared across modes.
+    - `quantize_lm_head`: with `quantization`, run the LM head (and tied embedding's matrix) quantised too;
+      off by default (the output side is the sensitive matrix).
     """
 
     block_size: int = 16
@@ -37,6 +45,8 @@ class EngineConfig:
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
     num_threads: int | None = None
+    quantization: str | None = None
+    quantize_lm_head: bool = False
 
     def __post_init__(self) -> None:
         least = {"block_size": 1, "kv_cache_bytes": 1, "num_kv_blocks": 1, "max_num_batched_tokens": 1,
@@ -51,10 +61,17 @@ class EngineConfig:
                     f"EngineConfig.{name} must be an integer >= {low}{' or None' if name in optional else ''}, "
                     f"got {value!r}"
                 )
-        if not isinstance(self.enable_prefix_caching, bool):
-            raise EngineConfigError(
-                f"EngineConfig.enable_prefix_caching must be a bool, got {self.enable_prefix_caching!r}"
-            )
+        for flag in ("enable_prefix_caching", "quantize_lm_head"):
+            if not isinstance(getattr(self, flag), bool):
+                raise EngineConfigError(f"EngineConfig.{flag} must be a bool, got {getattr(self, flag)!r}")
+        if self.quantization is not None:
+            if not isinstance(self.quantization, str) or self.quantization.lower() not in QUANTIZATIONS:
+                raise EngineConfigError(
+                    f"EngineConfig.quantization must be None or one of {list(QUANTIZATIONS)}, got {self.quantization!r}"
+                )
+            object.__setattr__(self, "quantization", self.quantization.lower())
+        if self.quantize_lm_head and self.quantization is None:
+            raise EngineConfigError("EngineConfig.quantize_lm_head needs EngineConfig.quantization to be set")
 
 
 @dataclass(frozen=True)

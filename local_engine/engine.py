@@ -10,6 +10,7 @@ sample, append tokens, finish what finished (returning its blocks), emit deltas.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import queue
@@ -37,6 +38,7 @@ from parley.local_engine.hooks import ComposedHook, TokenHook
 from parley.local_engine.models import registry
 from parley.local_engine.models.decoder import DecoderModel
 from parley.local_engine.outputs import GenerationOutput, StreamDelta, TokenLogprob
+from parley.local_engine.quant import calibration_ids, check_quantization, int8_unavailable_reason
 from parley.local_engine.runner import CausalLM, ModelRunner
 from parley.local_engine.sampler import Sampler
 from parley.local_engine.scheduler import Scheduler, SchedulerOutput
@@ -85,7 +87,7 @@ def _as_device(device: str | torch.device | None) -> torch.device:
 def _name_of(model_id: str) -> str:
     """A display name from an identity such as ``name@hash/dtype`` (or a path)."""
     parts = [p for p in model_id.split("@", 1)[0].replace("\\", "/").split("/") if p]
-    if len(parts) > 1 and parts[-1] in ("float32", "bfloat16", "float16", "float64"):
+    if len(parts) > 1 and parts[-1].split("+", 1)[0] in ("float32", "bfloat16", "float16", "float64"):
         parts.pop()  # a dtype suffix is not part of the name
     return parts[-1] if parts else model_id
 
@@ -161,27 +163,42 @@ class Engine:
         device: str | torch.device | None = None,
         dtype: torch.dtype | str | None = None,
         config: EngineConfig | None = None,
+        quantization: str | None = None,
     ) -> Engine:
         """Load a model: None = the embedded SmolLM2, else a .gguf file or a HF folder of a family that
         `models.registry.MODEL_TYPES` lists (Llama, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, gpt-oss).
 
+        `quantization` ("int8", CPU fp32; see quant.py) overrides `config.quantization`.
+
         Errors are `ParleyError`s: `ModelNotFoundError` (nothing local to load), `ModelLoadError` (unreadable
         files, an unsupported architecture or config field, missing, misshapen or unused weights),
-        `EngineConfigError` (a bad `device`/`dtype`).
+        `EngineConfigError` (a bad `device`/`dtype`/`quantization`, or a quantization this machine cannot run).
         """
         dev = _as_device(device)
         dt = _as_dtype(dtype, dev)
+        config = config or EngineConfig()
+        if quantization is not None:
+            config = dataclasses.replace(config, quantization=check_quantization(quantization, field="quantization"))
+        if config.quantization is not None:
+            why = int8_unavailable_reason(dev, dt)
+            if why is not None:
+                raise EngineConfigError(f"quantization={config.quantization!r} cannot run here: {why}")
         files = loader.resolve(model)
         family, arch = registry.architecture(loader.load_config(files.folder))
         state = loader.load_state_dict(files.folder)
+        tokenizer = loader.load_tokenizer(files.folder)
+        calibration = calibration_ids(tokenizer) if config.quantization is not None else None
         try:
-            net = family.from_hf_state_dict(arch, state, dev, dt)
+            net = family.from_hf_state_dict(arch, state, dev, dt, quantization=config.quantization,
+                                            quantize_lm_head=config.quantize_lm_head, calibration_ids=calibration)
         except (KeyError, ValueError, RuntimeError) as exc:  # a tensor that cannot be converted
             raise ModelLoadError(f"{files.folder}: {exc}") from exc
         del state
-        tokenizer = loader.load_tokenizer(files.folder)
+        mode = str(dt).removeprefix("torch.")
+        if config.quantization is not None:  # KV computed under other weights is never shared (prefix cache key)
+            mode += f"+{config.quantization}" + ("+head" if config.quantize_lm_head else "")
         return cls.from_model(
-            net, tokenizer, model_id=f"{files.model_id}/{str(dt).removeprefix('torch.')}",
+            net, tokenizer, model_id=f"{files.model_id}/{mode}",
             model_name=files.name, eos_token_ids=loader.eos_token_ids(files.folder, tokenizer), config=config,
         )
 
@@ -414,6 +431,7 @@ class Engine:
             model_id=self.model_id, device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
             window_blocks_skipped=self.runner.window_blocks_skipped,
             model_type=getattr(getattr(self.model, "arch", None), "model_type", None),
+            quantization=getattr(self.model, "quantization", None),
         )
         return s
 

@@ -34,10 +34,11 @@ import torch.nn.functional as F
 from parley.local_engine.errors import ModelLoadError
 from parley.local_engine.models.arch import DecoderArch
 from parley.local_engine.models.attention import AttendFn, AttentionBatch, attention_plan
-from parley.local_engine.models.gemm import WeightGemm
+from parley.local_engine.models.gemm import Gemm
 from parley.local_engine.models.layers import Checkpoint, rms_normalize, rms_normalize_heads_, swiglu_
 from parley.local_engine.models.moe import MoeMlp, MoeWeights
 from parley.local_engine.models.rope import RotaryTables, interleave_rope_rows
+from parley.local_engine.quant import calibrate, check_quantization, make_gemm
 from parley.local_engine.threads import mkl_set_num_threads_local, omp_set_num_threads
 
 
@@ -82,14 +83,23 @@ class DecoderModel:
     arch_type: ClassVar[type[DecoderArch]] = DecoderArch
     ignored_tensors: ClassVar[tuple[str, ...]] = ()  # regexes of checkpoint tensors the family may leave unread
 
-    def __init__(self, arch: DecoderArch, device: torch.device, dtype: torch.dtype) -> None:
-        """An empty model (no weights yet): `from_hf_state_dict` builds loaded ones."""
+    def __init__(
+        self, arch: DecoderArch, device: torch.device, dtype: torch.dtype, *, quantization: str | None = None,
+        quantize_lm_head: bool = False,
+    ) -> None:
+        """An empty model (no weights yet): `from_hf_state_dict` builds loaded ones.
+
+        `quantization` ("int8", see quant.py) is how the layer weights are stored and run; the LM head keeps
+        the model's dtype unless `quantize_lm_head`."""
         self.arch = arch
         self.device = device
         self.dtype = dtype
+        self.quantization = check_quantization(quantization, field="quantization")
+        self.quantize_lm_head = bool(quantize_lm_head and self.quantization)
         # Weight matrices exist only in the form the GEMM kernel takes (see gemm.py); no dense copies are kept,
         # except the embedding table, which the LM head may share (tied) but is looked up densely.
-        self.gemm = WeightGemm(device, dtype)
+        self.gemm: Gemm = make_gemm(device, dtype, self.quantization)
+        self.head_gemm: Gemm = make_gemm(device, dtype, self.quantization if self.quantize_lm_head else None)
         self.q_size = arch.num_heads * arch.head_dim
         self.kv_size = arch.num_kv_heads * arch.head_dim
         self.scale = 1.0 / math.sqrt(arch.head_dim)
@@ -111,21 +121,28 @@ class DecoderModel:
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_hf_state_dict(
-        cls, arch: DecoderArch, sd: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype
+        cls, arch: DecoderArch, sd: dict[str, torch.Tensor], device: torch.device, dtype: torch.dtype, *,
+        quantization: str | None = None, quantize_lm_head: bool = False, calibration_ids: list[int] | None = None,
     ) -> DecoderModel:
-        """The model from transformers' tensor names; `ModelLoadError` names a missing, misshapen or unused one."""
-        model = cls(arch, device, dtype)
+        """The model from transformers' tensor names; `ModelLoadError` names a missing, misshapen or unused one.
+
+        With `quantization`, the weights are packed after one calibration prefill of `calibration_ids`
+        (`quant.calibration_ids(tokenizer)`; None: seeded pseudo-random ids)."""
+        model = cls(arch, device, dtype, quantization=quantization, quantize_lm_head=quantize_lm_head)
         ck = Checkpoint(sd, ignore=cls.ignored_tensors)
         model.layers = [model._load_layer(ck, i) for i in range(arch.num_layers)]
         a = arch
         model.embed = model._put(ck.take("model.embed_tokens.weight", (a.vocab_size, a.hidden_size)))
         if arch.tie_word_embeddings:
             ck.skip("lm_head.weight")  # transformers' state dicts list the tied head too
-            model.lm_head = model.gemm.prepare(model.embed)
+            model.lm_head = model.head_gemm.prepare(model.embed)
         else:
-            model.lm_head = model._prep(ck.take("lm_head.weight", (a.vocab_size, a.hidden_size)))
+            head = ck.take("lm_head.weight", (a.vocab_size, a.hidden_size))
+            model.lm_head = model.head_gemm.prepare(model._put(head))
         model.norm = model._put(ck.take("model.norm.weight", (a.hidden_size,)))
         ck.finish()
+        if model.quantization is not None:
+            calibrate(model, calibration_ids)  # activation ranges from one short prefill, then pack (quant.py)
         return model
 
     def _put(self, w: torch.Tensor) -> torch.Tensor:
@@ -304,10 +321,10 @@ class DecoderModel:
         threads = self.gemm_threads
         omp = omp_set_num_threads() if self.device.type == "cpu" else None
         if omp is None or not threads:
-            return self.gemm(h, self.lm_head).float()
+            return self.head_gemm(h, self.lm_head).float()
         entry = torch.get_num_threads()  # the engine thread runs its bookkeeping on one thread (threads.py)
         omp(threads)
         try:
-            return self.gemm(h, self.lm_head).float()
+            return self.head_gemm(h, self.lm_head).float()
         finally:
             omp(entry)

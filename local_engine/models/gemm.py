@@ -16,7 +16,19 @@ bf16 already goes through oneDNN in PyTorch (no gain measured), and GPUs use cuB
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import torch
+
+
+class Gemm(Protocol):
+    """What the model files call for a weight matmul: `WeightGemm` here, `Int8Gemm` in quant.py."""
+
+    kernel: str
+
+    def prepare(self, weight: torch.Tensor) -> Any: ...
+
+    def __call__(self, x: torch.Tensor, prepared: Any, bias: torch.Tensor | None = None) -> torch.Tensor: ...
 
 
 def _onednn_usable(device: torch.device, dtype: torch.dtype) -> bool:

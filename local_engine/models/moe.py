@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from parley.local_engine.models.arch import MoeSpec
-from parley.local_engine.models.gemm import WeightGemm
+from parley.local_engine.models.gemm import Gemm
 from parley.local_engine.models.layers import clamped_swiglu_, swiglu_
 
 
@@ -37,7 +37,7 @@ class MoeWeights:
 
 
 class MoeMlp:
-    def __init__(self, spec: MoeSpec, weights: MoeWeights, gemm: WeightGemm) -> None:
+    def __init__(self, spec: MoeSpec, weights: MoeWeights, gemm: Gemm) -> None:
         self.spec = spec
         self.w = weights
         self.gemm = gemm
