@@ -15,6 +15,8 @@ from parley.local_engine.errors import EngineConfigError, InvalidRequestError
 
 QUANTIZATIONS: tuple[str, ...] = ("int8",)
 """`EngineConfig.quantization` values (quant.py implements them; this module stays torch-free)."""
+SPECULATION_METHODS: tuple[str, ...] = ("ngram",)
+"""`EngineConfig.speculation` values (speculative.py)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,10 @@ class EngineConfig:
       identity, so prefix-cached KV is never shared across modes.
     - `quantize_lm_head`: with `quantization`, run the LM head (and tied embedding's matrix) quantised too;
       off by default (the output side is the sensitive matrix).
+    - `speculation`: None or "ngram": prompt-lookup drafts verified in one forward (speculative.py). Tokens are
+      those of plain decoding (greedy, and seeded sampling draw for draw); it pauses itself per request when
+      few drafts are accepted.
+    - `speculative_tokens`: the most tokens drafted per step and request.
     """
 
     block_size: int = 16
@@ -47,10 +53,13 @@ class EngineConfig:
     num_threads: int | None = None
     quantization: str | None = None
     quantize_lm_head: bool = False
+    speculation: str | None = None
+    speculative_tokens: int = 4
 
     def __post_init__(self) -> None:
         least = {"block_size": 1, "kv_cache_bytes": 1, "num_kv_blocks": 1, "max_num_batched_tokens": 1,
-                 "max_num_seqs": 1, "max_waiting": 0, "max_model_len": 1, "num_threads": 1}
+                 "max_num_seqs": 1, "max_waiting": 0, "max_model_len": 1, "num_threads": 1,
+                 "speculative_tokens": 1}
         optional = ("num_kv_blocks", "max_model_len", "num_threads")
         for name, low in least.items():
             value = getattr(self, name)
@@ -70,6 +79,10 @@ class EngineConfig:
                     f"EngineConfig.quantization must be None or one of {list(QUANTIZATIONS)}, got {self.quantization!r}"
                 )
             object.__setattr__(self, "quantization", self.quantization.lower())
+        if self.speculation is not None and self.speculation not in SPECULATION_METHODS:
+            raise EngineConfigError(
+                f"EngineConfig.speculation must be None or one of {list(SPECULATION_METHODS)}, got {self.speculation!r}"
+            )
         if self.quantize_lm_head and self.quantization is None:
             raise EngineConfigError("EngineConfig.quantize_lm_head needs EngineConfig.quantization to be set")
 

@@ -41,8 +41,9 @@ from parley.local_engine.outputs import GenerationOutput, StreamDelta, TokenLogp
 from parley.local_engine.quant import calibration_ids, check_quantization, int8_unavailable_reason
 from parley.local_engine.runner import CausalLM, ModelRunner
 from parley.local_engine.sampler import Sampler
-from parley.local_engine.scheduler import Scheduler, SchedulerOutput
+from parley.local_engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from parley.local_engine.sequence import Sequence
+from parley.local_engine.speculative import NgramDrafter
 from parley.local_engine.step_timer import StepTimer
 from parley.local_engine.threads import omp_set_num_threads
 
@@ -136,6 +137,10 @@ class Engine:
             max_model_len=self.max_model_len,
         )
         self.runner = ModelRunner(model, num_blocks, cfg.block_size)
+        self.drafter: NgramDrafter | None = None
+        if cfg.speculation == "ngram":
+            self.drafter = NgramDrafter(cfg.speculative_tokens)
+            self.scheduler.drafter = self.drafter.propose
         self.sampler = Sampler(vocab_size, self.device, eos_token_ids)
         self.timer = StepTimer()
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -431,8 +436,10 @@ class Engine:
             model_id=self.model_id, device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
             window_blocks_skipped=self.runner.window_blocks_skipped,
             model_type=getattr(getattr(self.model, "arch", None), "model_type", None),
-            quantization=getattr(self.model, "quantization", None),
+            quantization=getattr(self.model, "quantization", None), speculation=self.config.speculation,
         )
+        if self.drafter is not None:
+            s.update(self.drafter.stats())
         return s
 
     def close(self) -> None:
@@ -609,16 +616,46 @@ class Engine:
             return
         logits, rows = self.runner.run(out.items)
         self.scheduler.postprocess(out)
-        sampling = [(it.seq, r) for it, r in zip(out.items, rows, strict=True) if r >= 0]
+        sampling = [(it, r) for it, r in zip(out.items, rows, strict=True) if r >= 0]
         if sampling and logits is not None:
-            seqs = [s for s, _ in sampling]
-            tokens, lps = self.sampler(logits, seqs)
-            now = time.monotonic()
-            for seq, tok, lp in zip(seqs, tokens, lps, strict=True):
-                self._accept(seq, tok, lp, now)
+            self._sample_and_accept(logits, sampling)
         self._steps += 1
-        num_decode = sum(1 for it in out.items if it.num_new_tokens == 1)
+        num_decode = sum(1 for it in out.items if it.is_decode)
         self.timer.record(clock() - t0, out.num_tokens, num_decode)
+
+    def _sample_and_accept(self, logits: torch.Tensor, sampling: list[tuple[ScheduledSeq, int]]) -> None:
+        """Sample each item's next token; a verifying item (speculative draft of k tokens) continues row by row.
+
+        Round j samples row j of every item still verifying, exactly as a plain step samples its one row (hooks
+        asked then told, stop rules, one random draw), so the tokens are those of plain decoding. The drafted
+        token j is kept when the sample at row j equals it (its keys/values, written this step, become part of
+        the sequence); the first mismatch is emitted as the real token and ends that item's draft.
+        """
+        live = [(it, r - len(it.draft)) for it, r in sampling]  # (item, logits row of round 0)
+        j = 0
+        while live:
+            rows = [r + j for _, r in live]
+            seqs = [it.seq for it, _ in live]
+            block = logits if len(rows) == logits.shape[0] and j == 0 else logits[torch.tensor(rows)]
+            tokens, lps = self.sampler(block, seqs)
+            now = time.monotonic()
+            going: list[tuple[ScheduledSeq, int]] = []
+            for (it, r), tok, lp in zip(live, tokens, lps, strict=True):
+                seq = it.seq
+                self._accept(seq, tok, lp, now)
+                if not it.draft:
+                    continue
+                kept = j < len(it.draft) and tok == it.draft[j] and not seq.is_finished
+                if kept:
+                    seq.num_computed_tokens += 1  # the drafted token's keys/values are now the sequence's
+                    going.append((it, r))
+                    continue
+                assert self.drafter is not None
+                self.drafter.record(seq, len(it.draft), j)
+                if not seq.is_finished:
+                    self.block_manager.commit(seq)
+            live = going
+            j += 1
 
     def _finish_after_schedule(self, seq: Sequence) -> None:
         # The scheduler already ended it (pool too small to continue); tell the consumer.

@@ -62,13 +62,18 @@ class ModelRunner:
         return slots[start - first * bs : end - first * bs]
 
     def prepare(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, AttentionBatch, list[int]]:
-        """Inputs for one step. Single-token items come first (batched decode attention), then prefill chunks.
+        """Inputs for one step. Decode rows come first (batched decode attention), then prefill chunks.
+
+        A decode verifying a speculative draft (`item.draft`) is 1 + k decode rows: its last token and the k
+        drafted tokens at the next positions, row j attending to the cache up to its own position (the drafts'
+        keys/values are written in this step before attention reads them).
 
         Returns input ids, positions, the attention layout (one per window), and for each item the row whose
-        logits it samples from (-1 when the item is a non-final prefill chunk).
+        logits it samples from (-1 when the item is a non-final prefill chunk); a verifying item samples from
+        the 1 + k rows ending there.
         """
-        decode = [i for i, it in enumerate(items) if it.num_new_tokens == 1]
-        prefill = [i for i, it in enumerate(items) if it.num_new_tokens > 1]
+        decode = [i for i, it in enumerate(items) if it.is_decode]
+        prefill = [i for i, it in enumerate(items) if not it.is_decode]
         ids: list[int] = []
         pos: list[int] = []
         rows = [-1] * len(items)
@@ -76,13 +81,21 @@ class ModelRunner:
         for i in decode + prefill:
             it = items[i]
             p, n = it.start, it.num_new_tokens
-            ids.extend(it.seq.token_ids[p : p + n])
+            if it.draft:
+                ids.append(it.seq.token_ids[p])
+                ids.extend(it.draft)
+            else:
+                ids.extend(it.seq.token_ids[p : p + n])
             pos.extend(range(p, p + n))
             row += n
             if it.samples:  # a 1-token chunk in the middle of a prompt samples nothing
                 rows[i] = row - 1
         bs = self.block_size
-        decode_slots = [items[i].seq.block_table[items[i].start // bs] * bs + items[i].start % bs for i in decode]
+        decode_slots = [
+            items[i].seq.block_table[q // bs] * bs + q % bs
+            for i in decode
+            for q in range(items[i].start, items[i].start + items[i].num_new_tokens)
+        ]
         slots = [torch.tensor(decode_slots, dtype=torch.long)] + [
             self._slots(items[i].seq.block_table, items[i].start, items[i].start + items[i].num_new_tokens)
             for i in prefill
@@ -94,12 +107,13 @@ class ModelRunner:
         positions = torch.tensor(pos, dtype=torch.long, device=dev)
         return input_ids, positions, batch, rows
 
-    def _first_visible(self, start: int, window: int | None) -> int:
+    def _first_visible(self, start: int, window: int | None, *, count: bool = True) -> int:
         """The first position a token at `start` (and so every later one in its chunk) may attend to."""
         if window is None:
             return 0
         first = max(start - window + 1, 0)
-        self.window_blocks_skipped += first // self.block_size
+        if count:
+            self.window_blocks_skipped += first // self.block_size
         return first
 
     def _layout(
@@ -109,7 +123,9 @@ class ModelRunner:
         gathers: list[torch.Tensor] = []
         for i in decode:
             it = items[i]
-            gathers.append(self._slots(it.seq.block_table, self._first_visible(it.start, window), it.start + 1))
+            for j in range(it.num_new_tokens):  # one row per token (1 + len(draft) when verifying)
+                q = it.start + j
+                gathers.append(self._slots(it.seq.block_table, self._first_visible(q, window, count=j == 0), q + 1))
         decode_gather = decode_mask = None
         if decode:
             lengths = [g.shape[0] for g in gathers]
@@ -117,15 +133,15 @@ class ModelRunner:
             if all(n == L for n in lengths):
                 decode_gather = torch.stack(gathers)
             else:
-                decode_gather = torch.zeros(len(decode), L, dtype=torch.long)
-                decode_mask = torch.zeros(len(decode), 1, L, dtype=torch.float32)
+                decode_gather = torch.zeros(len(gathers), L, dtype=torch.long)
+                decode_mask = torch.zeros(len(gathers), 1, L, dtype=torch.float32)
                 for b, (g, n) in enumerate(zip(gathers, lengths, strict=True)):
                     decode_gather[b, :n] = g
                     decode_mask[b, 0, n:] = float("-inf")
                 decode_mask = decode_mask.to(dev)
             decode_gather = decode_gather.to(dev)
         spans: list[PrefillSpan] = []
-        row = len(decode)
+        row = len(gathers)
         for i in prefill:
             it = items[i]
             p, n = it.start, it.num_new_tokens
@@ -142,25 +158,25 @@ class ModelRunner:
                 mask = torch.zeros(n, p + n - first).masked_fill_(~visible, float("-inf"))
             spans.append(PrefillSpan(row, row + n, g.to(dev), mask.to(dev)))
             row += n
-        return AttentionLayout(num_decode=len(decode), decode_gather=decode_gather, decode_mask=decode_mask,
+        return AttentionLayout(num_decode=len(gathers), decode_gather=decode_gather, decode_mask=decode_mask,
                                prefills=spans)
 
     @torch.inference_mode()
     def run(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor | None, list[int]]:
-        """fp32 logits [N, vocab] for the items that sample this step, and each item's row in them (-1: none)."""
+        """fp32 logits [N, vocab] for the items that sample this step, and each item's row in them (-1: none).
+
+        A verifying item (`len(item.draft) == k`) owns the k + 1 logits rows ending at its row."""
         input_ids, positions, batch, rows = self.prepare(items)
         hidden = self.model.forward(input_ids, positions, self.kv_cache, batch)
-        wanted = [r for r in rows if r >= 0]
-        if not wanted:
-            return None, [-1] * len(items)
-        sel = hidden if len(wanted) == hidden.shape[0] else hidden[torch.tensor(wanted, device=hidden.device)]
-        logits = self.model.compute_logits(sel)
+        wanted: list[int] = []
         out_rows: list[int] = []
-        k = 0
-        for r in rows:
-            if r >= 0:
-                out_rows.append(k)
-                k += 1
-            else:
+        for it, r in zip(items, rows, strict=True):
+            if r < 0:
                 out_rows.append(-1)
-        return logits, out_rows
+                continue
+            wanted.extend(range(r - len(it.draft), r + 1))  # a verifying item: its 1 + k rows
+            out_rows.append(len(wanted) - 1)
+        if not wanted:
+            return None, out_rows
+        sel = hidden if len(wanted) == hidden.shape[0] else hidden[torch.tensor(wanted, device=hidden.device)]
+        return self.model.compute_logits(sel), out_rows

@@ -15,6 +15,7 @@ prompt and output so far become the new prefill; the prefix cache usually gives 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from parley.local_engine.block_manager import BlockManager
@@ -29,6 +30,12 @@ class ScheduledSeq:
     num_new_tokens: int
     start: int  # position of the first new token (== seq.num_computed_tokens at scheduling)
     samples: bool = False  # the chunk reaches the sequence's last token, so the step yields its next token
+    draft: tuple[int, ...] = ()  # speculative tokens fed after the last token (num_new_tokens = 1 + len(draft))
+
+    @property
+    def is_decode(self) -> bool:
+        """One token per row of the decode path: a plain decode, or a decode verifying a draft."""
+        return self.num_new_tokens == 1 or bool(self.draft)
 
     @classmethod
     def of(cls, seq: Sequence, num_new_tokens: int) -> ScheduledSeq:
@@ -63,6 +70,9 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.drafter: Callable[[Sequence, int], list[int]] | None = None
+        """Speculative drafts (speculative.py): `drafter(seq, room)` -> at most `room` tokens to verify after
+        `seq`'s last token. Drafts use only the budget and free blocks left once everything else is scheduled."""
 
     # ------------------------------------------------------------------ queue management
     def add(self, seq: Sequence) -> None:
@@ -158,13 +168,41 @@ class Scheduler:
             item = ScheduledSeq.of(seq, n)
             out.items.append(item)
             budget -= n
+        if self.drafter is not None and budget > 0 and not out.preempted:
+            self._attach_drafts(out, budget)
         return out
+
+    def _attach_drafts(self, out: SchedulerOutput, budget: int) -> None:
+        """Give decodes speculative tokens from the leftover budget, in scheduling order, never preempting."""
+        assert self.drafter is not None
+        bm, bs = self.block_manager, self.block_manager.block_size
+        for item in out.items:
+            if budget <= 0:
+                break
+            seq = item.seq
+            if item.num_new_tokens != 1 or not item.samples:
+                continue
+            # Room: the budget, the request's remaining output (emitting k + 1 tokens at most), the context.
+            room = min(budget, seq.params.max_tokens - seq.num_output_tokens - 1, self.max_model_len - seq.num_tokens)
+            if room <= 0:
+                continue
+            draft = self.drafter(seq, room)[:room]
+            if not draft:
+                continue
+            if not bm.allocate(seq, 1 + len(draft)):  # no free block for all of it: what the table already holds
+                draft = draft[: len(seq.block_table) * bs - seq.num_computed_tokens - 1]
+                if not draft:
+                    continue
+            item.draft = tuple(draft)
+            item.num_new_tokens = 1 + len(draft)
+            budget -= len(draft)
 
     def postprocess(self, out: SchedulerOutput) -> None:
         """Mark the step's tokens computed and register newly full blocks in the prefix cache."""
         for item in out.items:
             seq = item.seq
-            seq.num_computed_tokens = item.start + item.num_new_tokens
+            # A verified draft's tokens count once accepted (the engine advances them and commits again).
+            seq.num_computed_tokens = item.start + (1 if item.draft else item.num_new_tokens)
             self.block_manager.commit(seq)
 
     def append_token(self, seq: Sequence, token_id: int, eos_token_ids: frozenset[int]) -> str | None:

@@ -56,6 +56,7 @@ class Sequence:
         self.num_emitted = 0  # output tokens already handed to the consumer
         self.error: str | None = None  # set when this request must fail (e.g. its hook raised)
         self.counted_waiting = False  # engine bookkeeping: counts toward the bounded admission queue
+        self.draft_state: Any = None  # the speculative drafter's per-request state (speculative.py)
 
     @property
     def num_tokens(self) -> int:
