@@ -49,6 +49,7 @@ import torch
 from parley.local_engine.config import QUANTIZATIONS
 from parley.local_engine.errors import EngineConfigError
 from parley.local_engine.models.gemm import Gemm, WeightGemm
+from parley.local_engine.threads import omp_set_num_threads
 
 _PAD = 2  # the +1 / -1 columns that pin fbgemm's activation range (see the module docstring)
 SMOOTHING = 0.5  # SmoothQuant's migration strength alpha (0 = off)
@@ -158,6 +159,7 @@ class Int8Gemm:
         self.reduce_range = _probe()[0]
         self.smoothing = SMOOTHING if smoothing is None else smoothing
         self._pending: list[Int8Weight] = []
+        self._omp = omp_set_num_threads()
         self._buffers: OrderedDict[tuple[int, int], torch.Tensor] = OrderedDict()
 
     def prepare(self, weight: torch.Tensor) -> Int8Weight:
@@ -209,6 +211,13 @@ class Int8Gemm:
             out = x @ w.dense.t()
             return out if bias is None else out.add_(bias)
         rows, k = x.shape
+        # The scaling ops around the kernel touch a few KB: on a small step they run on one thread (a parallel
+        # region's fork/join costs more than they do, badly so on a busy machine; see threads.py), the kernel
+        # on the caller's count.
+        threads = torch.get_num_threads()
+        omp = self._omp if rows <= 64 and threads > 1 else None
+        if omp is not None:
+            omp(1)
         buf = self._buffer(rows, k)
         xs = buf[:, :k]
         if w.inv_smooth is not None:
@@ -217,10 +226,16 @@ class Int8Gemm:
             xs.copy_(x)
         amax = torch.linalg.vector_norm(xs, float("inf"), dim=1, keepdim=True).clamp_min_(_TINY)
         xs.div_(amax)
+        if omp is not None:
+            omp(threads)
         out = torch.ops.quantized.linear_dynamic(buf, w.packed, self.reduce_range)
+        if omp is not None:
+            omp(1)
         out.mul_(amax)
         if bias is not None:
             out.add_(bias)
+        if omp is not None:
+            omp(threads)
         return out
 
 
