@@ -191,14 +191,18 @@ class Engine:
         files = loader.resolve(model)
         family, arch = registry.architecture(loader.load_config(files.folder))
         state = loader.load_state_dict(files.folder)
-        tokenizer = loader.load_tokenizer(files.folder)
-        calibration = calibration_ids(tokenizer) if config.quantization is not None else None
+        # Weights are checked before the tokenizer is read (a bad tensor is named, whatever the tokenizer);
+        # only a quantized load needs it first, for its calibration prompt.
+        tokenizer = loader.load_tokenizer(files.folder) if config.quantization is not None else None
+        calibration = calibration_ids(tokenizer) if tokenizer is not None else None
         try:
             net = family.from_hf_state_dict(arch, state, dev, dt, quantization=config.quantization,
                                             quantize_lm_head=config.quantize_lm_head, calibration_ids=calibration)
         except (KeyError, ValueError, RuntimeError) as exc:  # a tensor that cannot be converted
             raise ModelLoadError(f"{files.folder}: {exc}") from exc
         del state
+        if tokenizer is None:
+            tokenizer = loader.load_tokenizer(files.folder)
         mode = str(dt).removeprefix("torch.")
         if config.quantization is not None:  # KV computed under other weights is never shared (prefix cache key)
             mode += f"+{config.quantization}" + ("+head" if config.quantize_lm_head else "")
