@@ -160,6 +160,11 @@ class Int8Gemm:
         self.smoothing = SMOOTHING if smoothing is None else smoothing
         self._pending: list[Int8Weight] = []
         self._omp = omp_set_num_threads()
+        # The C++ entry of the op: calling `torch.ops.quantized.linear_dynamic` (or its overload) first scans the
+        # arguments in Python for fake script objects (torch/_ops.py `_must_dispatch_in_python`), ~8 us per call,
+        # 1 ms per decode step of SmolLM2. `_op` is private to torch (pinned); the public call is the fallback.
+        overload = torch.ops.quantized.linear_dynamic.default
+        self._linear = getattr(overload, "_op", overload)
         self._buffers: OrderedDict[tuple[int, int], torch.Tensor] = OrderedDict()
 
     def prepare(self, weight: torch.Tensor) -> Int8Weight:
@@ -228,7 +233,7 @@ class Int8Gemm:
         xs.div_(amax)
         if omp is not None:
             omp(threads)
-        out = torch.ops.quantized.linear_dynamic(buf, w.packed, self.reduce_range)
+        out = self._linear(buf, w.packed, self.reduce_range)
         if omp is not None:
             omp(1)
         out.mul_(amax)
