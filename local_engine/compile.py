@@ -49,14 +49,15 @@ from parley.local_engine.models.gemm import WeightGemm
 from parley.local_engine.quant import Int8Gemm, Int8Weight
 from parley.local_engine.threads import omp_set_num_threads
 
-_WEIGHTS: dict[int, tuple[Any, Any, int]] = {}  # handle -> (gemm, prepared weight, threads)
+_WEIGHTS: dict[int, tuple[Any, Any, Any]] = {}  # handle -> (gemm, prepared weight, the model: its gemm_threads)
 _NEXT = itertools.count()
 
 
 @torch.library.custom_op("parley::packed_linear", mutates_args=())
 def packed_linear(x: torch.Tensor, handle: int, out_features: int) -> torch.Tensor:
     """`x @ W.T` for the weight registered under `handle` (int8: `x` is already scaled and padded)."""
-    gemm, w, threads = _WEIGHTS[handle]
+    gemm, w, model = _WEIGHTS[handle]
+    threads = model.gemm_threads or 1  # read per call: the engine may choose 1 thread for small steps
     omp = omp_set_num_threads() if threads > 1 else None
     if omp is not None:
         omp(threads)
@@ -124,21 +125,20 @@ class CompiledDecode:
         self.compile_s = 0.0
         a = model.arch
         self.H, self.KVH, self.D = a.num_heads, a.num_kv_heads, a.head_dim
-        threads = model.gemm_threads or torch.get_num_threads()
         self.handles: list[int] = []
-        self.layers = [self._register(L, threads) for L in model.layers]
+        self.layers = [self._register(L) for L in model.layers]
         cis_q, cis_k = model.rope.cis_q, model.rope.cis_k
         self.rope = torch.stack([cis_q.real, cis_q.imag, cis_k.real, cis_k.imag])  # [4, pos, D/2]
         self._fn: Callable[..., torch.Tensor] = torch.compile(self._step, dynamic=True, fullgraph=True)
 
-    def _register(self, L: Any, threads: int) -> dict[str, Any]:
+    def _register(self, L: Any) -> dict[str, Any]:
         model = self.model
         out: dict[str, Any] = {"qkv_bias": L.qkv_bias, "o_bias": L.o_bias, "gate_up_bias": L.gate_up_bias,
                                "down_bias": L.down_bias, "qk_norm": L.qk_norm}
         for name in ("qkv", "o", "gate_up", "down"):
             w = getattr(L, name)
             handle = next(_NEXT)
-            _WEIGHTS[handle] = (model.gemm, w, threads)
+            _WEIGHTS[handle] = (model.gemm, w, model)
             self.handles.append(handle)
             smooth = w.inv_smooth if isinstance(w, Int8Weight) else None
             out[name] = (handle, self._out_features(w), smooth, isinstance(w, Int8Weight))

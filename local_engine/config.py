@@ -40,6 +40,12 @@ class EngineConfig:
       those of plain decoding (greedy, and seeded sampling draw for draw); it pauses itself per request when
       few drafts are accepted.
     - `speculative_tokens`: the most tokens drafted per step and request.
+    - `adaptive_threads`: on CPU, time decode steps on every thread and on one and keep the faster per batch
+      size (threads.py `DecodeThreads`: on a busy machine a 2-thread team waits for a descheduled thread at
+      every GEMM); False = every step uses `num_threads`.
+    - `compile`: run decode steps through a `torch.compile`d step (CPU, Inductor's C++ backend; compile.py),
+      compiled when the engine starts; without a C++ compiler, or for a model it does not cover, the engine
+      warns once and runs eager.
     """
 
     block_size: int = 16
@@ -55,6 +61,8 @@ class EngineConfig:
     quantize_lm_head: bool = False
     speculation: str | None = None
     speculative_tokens: int = 4
+    compile: bool = False
+    adaptive_threads: bool = True
 
     def __post_init__(self) -> None:
         least = {"block_size": 1, "kv_cache_bytes": 1, "num_kv_blocks": 1, "max_num_batched_tokens": 1,
@@ -70,7 +78,7 @@ class EngineConfig:
                     f"EngineConfig.{name} must be an integer >= {low}{' or None' if name in optional else ''}, "
                     f"got {value!r}"
                 )
-        for flag in ("enable_prefix_caching", "quantize_lm_head"):
+        for flag in ("enable_prefix_caching", "quantize_lm_head", "compile", "adaptive_threads"):
             if not isinstance(getattr(self, flag), bool):
                 raise EngineConfigError(f"EngineConfig.{flag} must be a bool, got {getattr(self, flag)!r}")
         if self.quantization is not None:

@@ -45,7 +45,7 @@ from parley.local_engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutp
 from parley.local_engine.sequence import Sequence
 from parley.local_engine.speculative import NgramDrafter
 from parley.local_engine.step_timer import StepTimer
-from parley.local_engine.threads import omp_set_num_threads
+from parley.local_engine.threads import DecodeThreads, omp_set_num_threads
 
 Sink = Callable[[Any], None]
 _DEADLINE = "deadline"
@@ -124,6 +124,9 @@ class Engine:
         self._num_threads = cfg.num_threads or _usable_cores()
         if self.device.type == "cpu" and hasattr(model, "gemm_threads"):
             model.gemm_threads = self._num_threads
+        self.decode_threads: DecodeThreads | None = None
+        if self.device.type == "cpu" and hasattr(model, "gemm_threads") and cfg.adaptive_threads:
+            self.decode_threads = DecodeThreads(self._num_threads)
         num_blocks = cfg.num_kv_blocks
         if num_blocks is None:
             num_blocks = max(cfg.kv_cache_bytes // (model.kv_bytes_per_token() * cfg.block_size), 4)
@@ -137,6 +140,14 @@ class Engine:
             max_model_len=self.max_model_len,
         )
         self.runner = ModelRunner(model, num_blocks, cfg.block_size)
+        self.compile_s: float | None = None
+        if cfg.compile:
+            from parley.local_engine.compile import compiled_decode
+
+            compiled = compiled_decode(model)
+            if compiled is not None and compiled.warm_up(self.runner.kv_cache, scratch_slot=0):
+                self.runner.compiled = compiled
+            self.compile_s = None if compiled is None else round(compiled.compile_s, 3)
         self.drafter: NgramDrafter | None = None
         if cfg.speculation == "ngram":
             self.drafter = NgramDrafter(cfg.speculative_tokens)
@@ -441,6 +452,8 @@ class Engine:
             window_blocks_skipped=self.runner.window_blocks_skipped,
             model_type=getattr(getattr(self.model, "arch", None), "model_type", None),
             quantization=getattr(self.model, "quantization", None), speculation=self.config.speculation,
+            compiled=self.runner.compiled is not None, compile_s=self.compile_s,
+            decode_threads=None if self.decode_threads is None else self.decode_threads.stats(),
         )
         if self.drafter is not None:
             s.update(self.drafter.stats())
@@ -452,6 +465,8 @@ class Engine:
         self._closed = True
         self._commands.put(("stop", None))
         self._thread.join(timeout=30)
+        if self.runner.compiled is not None:
+            self.runner.compiled.close()
 
     def __enter__(self) -> Engine:
         return self
@@ -618,6 +633,12 @@ class Engine:
             self._finish_after_schedule(seq)
         if not out.items:
             return
+        pure_decode = all(it.is_decode for it in out.items)
+        decode_rows = out.num_tokens if pure_decode else 0
+        threads = self._num_threads
+        if self.decode_threads is not None:
+            threads = self.decode_threads.threads_for(decode_rows) if pure_decode else self._num_threads
+            self.model.gemm_threads = threads  # type: ignore[attr-defined]
         logits, rows = self.runner.run(out.items)
         self.scheduler.postprocess(out)
         sampling = [(it, r) for it, r in zip(out.items, rows, strict=True) if r >= 0]
@@ -625,7 +646,10 @@ class Engine:
             self._sample_and_accept(logits, sampling)
         self._steps += 1
         num_decode = sum(1 for it in out.items if it.is_decode)
-        self.timer.record(clock() - t0, out.num_tokens, num_decode)
+        elapsed = clock() - t0
+        self.timer.record(elapsed, out.num_tokens, num_decode)
+        if self.decode_threads is not None and pure_decode:
+            self.decode_threads.record(decode_rows, threads, elapsed)
 
     def _sample_and_accept(self, logits: torch.Tensor, sampling: list[tuple[ScheduledSeq, int]]) -> None:
         """Sample each item's next token; a verifying item (speculative draft of k tokens) continues row by row.

@@ -26,9 +26,10 @@ Rejected drafts leave keys/values in cache slots past the sequence's computed le
 sequence's own unshared blocks and are overwritten when the positions are computed for real; only blocks whose
 every position is accepted are committed to the prefix cache.
 
-Switching itself off: each sequence keeps a moving average of the fraction of drafted tokens accepted. Below
-`min_acceptance` it stops drafting for a pause that doubles each time (8, 16, ... 256 steps), then tries
-again, so prose (few long repeats) pays little and a JSON echo turns speculation back on when it starts.
+Switching itself off: each sequence keeps a moving average of the fraction of drafted tokens accepted; the draft
+length follows it (`num_tokens` x acceptance, at least 1), and below `min_acceptance` drafting stops for a pause
+that doubles each time (8, 16, ... 256 steps), then tries again, so prose (few long repeats) pays little and a
+JSON echo turns speculation back on when it starts.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class _DraftState:
 
     index: dict[tuple[int, ...], int] = field(default_factory=dict)  # n-gram -> end position of its last occurrence
     indexed: int = 0  # n-grams ending before this position are in `index`
-    acceptance: float = 1.0  # moving average of accepted / drafted
+    acceptance: float = 0.6  # moving average of accepted / drafted (a neutral start: no evidence either way)
     pause: int = 0  # steps left without drafting
     next_pause: int = 8
     drafted: int = 0
@@ -96,7 +97,9 @@ class NgramDrafter:
             return []
         tokens = seq.token_ids
         self._update_index(state, tokens)
-        k = min(self.num_tokens, room)
+        # Draft length follows the acceptance: a long draft where drafts are being accepted (JSON echoing the
+        # prompt), a short one where they are not, so a failed verify costs little.
+        k = min(max(1, round(self.num_tokens * state.acceptance)), room)
         if k <= 0:
             return []
         for n in range(min(self.max_ngram, len(tokens) - 1), self.min_ngram - 1, -1):
@@ -119,7 +122,7 @@ class NgramDrafter:
         if state.acceptance < self.min_acceptance:
             state.pause = state.next_pause
             state.next_pause = min(2 * state.next_pause, self.max_pause)
-            state.acceptance = 0.5  # a fresh start after the pause (between on and off)
+            state.acceptance = 0.6  # a fresh start after the pause
             self.paused_sequences += 1
         elif accepted == drafted:
             state.next_pause = 8  # doing well: the next switch-off starts short again

@@ -75,3 +75,69 @@ def mkl_set_num_threads_local() -> Callable[[int], None] | None:
         set_local(0)  # 0 = back to the process-wide setting
         return set_local if works else None
     return None
+
+
+class DecodeThreads:
+    """Chooses, per decode batch size, how many threads the weight GEMMs of a decode step get: all of them
+    (`max_threads`) or one, by timing both on live steps.
+
+    Why: a decode GEMM at batch 1 is a few hundred microseconds of work, and a 2-thread team waits for its
+    second thread at every GEMM. On a machine whose other core is busy (other processes), that thread is often
+    not scheduled, and a decode step measured ~2x slower on 2 threads than on 1 (SmolLM2 int8: 34 vs 75 tok/s
+    in one run; llama.cpp's spin-waiting pool showed the same, 55 vs 95). On a quiet machine 2 threads win.
+    Neither is right everywhere, so the engine measures: for each batch bucket (1, 2, 4, ...) the first
+    `2 * probe_steps` pure-decode steps alternate between the counts, the faster median per token wins, and
+    every `reprobe_every` steps of that bucket it probes again (loads change). Prefill steps always get every
+    thread. Timings are the engine's own step times; tokens do not depend on the choice (the int8 kernel and
+    attention are thread-count invariant; oneDNN fp32 may differ in the last bits).
+    """
+
+    def __init__(self, max_threads: int, *, probe_steps: int = 4, reprobe_every: int = 512) -> None:
+        self.max_threads = max_threads
+        self.candidates = (max_threads, 1) if max_threads > 1 else (max_threads,)
+        self.probe_steps = probe_steps
+        self.reprobe_every = reprobe_every
+        self._state: dict[int, dict[str, object]] = {}
+
+    @staticmethod
+    def bucket(batch: int) -> int:
+        return 1 if batch <= 1 else 1 << (batch - 1).bit_length()
+
+    def _of(self, batch: int) -> dict[str, object]:
+        b = self.bucket(batch)
+        state = self._state.get(b)
+        if state is None:
+            state = self._state[b] = {"choice": self.max_threads, "samples": {c: [] for c in self.candidates},
+                                      "since": 0}
+        return state
+
+    def threads_for(self, batch: int) -> int:
+        """The GEMM thread count for the next decode step of `batch` rows."""
+        if len(self.candidates) == 1:
+            return self.max_threads
+        state = self._of(batch)
+        samples: dict[int, list[float]] = state["samples"]  # type: ignore[assignment]
+        pending = [c for c in self.candidates if len(samples[c]) < self.probe_steps]
+        if pending:  # probing: alternate, the count with fewer samples first
+            return min(pending, key=lambda c: len(samples[c]))
+        return int(state["choice"])  # type: ignore[call-overload]
+
+    def record(self, batch: int, threads: int, seconds: float) -> None:
+        """A pure-decode step of `batch` rows ran on `threads` GEMM threads in `seconds`."""
+        if len(self.candidates) == 1:
+            return
+        state = self._of(batch)
+        samples: dict[int, list[float]] = state["samples"]  # type: ignore[assignment]
+        if threads in samples and len(samples[threads]) < self.probe_steps:
+            samples[threads].append(seconds / max(batch, 1))
+            if all(len(v) >= self.probe_steps for v in samples.values()):
+                state["choice"] = min(samples, key=lambda c: sorted(samples[c])[len(samples[c]) // 2])
+                state["since"] = 0
+            return
+        state["since"] = int(state["since"]) + 1  # type: ignore[call-overload]
+        if int(state["since"]) >= self.reprobe_every:  # type: ignore[call-overload]
+            state["samples"] = {c: [] for c in self.candidates}
+
+    def stats(self) -> dict[int, int]:
+        """Batch bucket -> the thread count chosen for it so far."""
+        return {b: int(s["choice"]) for b, s in sorted(self._state.items())}  # type: ignore[call-overload]

@@ -88,3 +88,24 @@ def test_openmp_setter_is_found_where_torch_uses_openmp() -> None:
     if "OpenMP" not in torch.__config__.parallel_info():
         pytest.skip("this torch build has no OpenMP")
     assert omp_set_num_threads() is not None
+
+
+def test_decode_threads_probes_both_counts_keeps_the_faster_and_probes_again() -> None:
+    from parley.local_engine.threads import DecodeThreads
+
+    dt = DecodeThreads(2, probe_steps=3, reprobe_every=10)
+    seen = []
+    for _ in range(6):  # probing alternates, then the faster per token (1 thread here) wins
+        t = dt.threads_for(1)
+        seen.append(t)
+        dt.record(1, t, 0.010 if t == 1 else 0.030)
+    assert sorted(seen) == [1, 1, 1, 2, 2, 2] and dt.threads_for(1) == 1 and dt.stats() == {1: 1}
+    assert dt.threads_for(16) in (1, 2)  # another batch bucket probes on its own
+    for _ in range(10):
+        dt.record(1, 1, 0.010)
+    assert dt.threads_for(1) in (1, 2) and len({dt.threads_for(1) for _ in range(1)}) == 1
+    for _ in range(6):  # the load changed: 2 threads are now faster
+        t = dt.threads_for(1)
+        dt.record(1, t, 0.030 if t == 1 else 0.010)
+    assert dt.threads_for(1) == 2
+    assert DecodeThreads(1).threads_for(4) == 1
