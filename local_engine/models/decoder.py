@@ -266,7 +266,9 @@ class DecoderModel:
         many: Callable[[int], None] = omp if (omp is not None and toggle) else _noop
         if omp is not None:
             omp(1 if toggle else threads)
-        mkl = mkl_set_num_threads_local() if toggle else None  # attention's batched matmuls run in MKL
+        # attention's batched matmuls run in MKL: one thread on small steps, also when the GEMMs were given one
+        # (the engine may choose so for decode, threads.py `DecodeThreads`) while the process-wide count is higher
+        mkl = mkl_set_num_threads_local() if (toggle or (omp is not None and threads == 1 < entry_threads)) else None
         if mkl is not None:
             mkl(1)
         eps, inter, gemm = a.rms_norm_eps, a.intermediate_size, self.gemm
