@@ -16,7 +16,7 @@ Workloads (each the median of `--runs`, the two sides interleaved run by run so 
            (llama-cpp-python serves one sequence at a time; its server has no parallel slots)
   ppl      perplexity of benchmarks/data/perplexity.txt, fp32 vs the quantised mode (and llama.cpp's own)
   spec     speculative decoding (prompt lookup) speed-up on a JSON echo and on prose, acceptance rates
-  compile  seconds to compile the decode step (null: parley has no compiled decode step yet)
+  compile  seconds to compile the decode step (EngineConfig(compile=True)) and its decode rate vs eager
 Also decode at 1 thread on both sides: on a busy 2-core machine a 2-thread team waits for a descheduled thread
 at every barrier, which hurts llama.cpp's spin-waiting pool far more than parley's per-op thread toggling.
 
@@ -62,6 +62,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--modes", default="fp32,int8,int8-head",
                     help="parley modes to measure (local_engine/bench.py MODES; the best decode is compared)")
     ap.add_argument("--no-q8", action="store_true", help="skip the Q8_0 file")
+    ap.add_argument("--no-compile", action="store_true", help="skip the compiled decode step (minutes to compile)")
     ap.add_argument("--quick", action="store_true", help="1 run, short workloads (a smoke test of the script)")
     return ap.parse_args()
 
@@ -244,8 +245,7 @@ class Bench:
             del llama
         self.quality(best, modes)
         self.speculation(best, runs)
-        r["compile_s"] = None
-        self.notes["compile_s"] = "parley has no compiled decode step yet"
+        self.compiled(best, runs, n)
         if not self.args.no_q8:
             self.q8(runs, n)
         r["load_avg_end"] = load_average()
@@ -298,6 +298,41 @@ class Bench:
             del lq
         self.rows.append((f"perplexity ({len(ids)} tok) fp32/{best}", f"{ppl['fp32']}/{ppl[best]}",
                           f"{r.get('llamacpp_perplexity')}", f"{r['perplexity_mode_change_pct']:+}%"))
+
+    def compiled(self, best: str, runs: int, n: int) -> None:
+        """Compile time of the decode step (EngineConfig(compile=True)) and its decode rate beside eager's."""
+        r = self.r
+        if self.args.no_compile:
+            r["compile_s"] = None
+            self.notes["compile_s"] = "skipped (--no-compile)"
+            return
+        from parley.local_engine import Engine, EngineConfig
+        from parley.local_engine.bench import MODES
+
+        spec = MODES[best]
+        engines = {}
+        for flag in (False, True):
+            cfg = EngineConfig(num_threads=self.threads, quantization=spec.get("quantization"),
+                               quantize_lm_head=spec.get("quantize_lm_head", False), compile=flag)
+            engines[flag] = Engine.from_pretrained(None, device="cpu", dtype=spec["dtype"], config=cfg)
+        try:
+            stats = engines[True].stats()
+            r["compile_s"] = stats["compile_s"]
+            if not stats["compiled"]:
+                self.notes["compile_s"] = "the compiled step fell back to eager (see the warning above)"
+                return
+            prompt = chat_ids(engines[True].tokenizer, QUESTIONS[0])
+            rates: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(runs):
+                for flag, e in engines.items():
+                    rates[flag].append(self.ours_decode(e, prompt, n)[0])
+            r["decode_tok_s_compiled"] = round(median(rates[True]), 2)
+            r["decode_tok_s_eager"] = round(median(rates[False]), 2)
+            self.rows.append((f"decode compiled/eager tok/s ({best})", f"{r['decode_tok_s_compiled']}",
+                              f"{r['decode_tok_s_eager']} (eager)", f"compile {r['compile_s']}s"))
+        finally:
+            for e in engines.values():
+                e.close()
 
     def speculation(self, best: str, runs: int) -> None:
         r = self.r

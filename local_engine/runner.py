@@ -12,11 +12,17 @@ holds every layer's KV, and full-attention layers (and the prefix cache) still n
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
-from parley.local_engine.models.attention import AttentionBatch, AttentionLayout, PrefillSpan
+from parley.local_engine.models.attention import (
+    DECODE_BUCKET,
+    AttentionBatch,
+    AttentionLayout,
+    DecodeGroup,
+    PrefillSpan,
+)
 from parley.local_engine.scheduler import ScheduledSeq
 
 
@@ -52,6 +58,7 @@ class ModelRunner:
         # The distinct attention windows of the model's layers (None = full causal attention).
         self.windows: tuple[int | None, ...] = getattr(model, "attention_windows", _FULL) or _FULL
         self.window_blocks_skipped = 0
+        self.compiled: Any = None  # a compile.CompiledDecode, set by the engine when EngineConfig.compile is on
 
     def _slots(self, block_table: list[int], start: int, end: int) -> torch.Tensor:
         """Cache slots of positions [start, end) of a sequence, on the CPU."""
@@ -127,19 +134,30 @@ class ModelRunner:
                 q = it.start + j
                 gathers.append(self._slots(it.seq.block_table, self._first_visible(q, window, count=j == 0), q + 1))
         decode_gather = decode_mask = None
+        groups: list[DecodeGroup] = []
         if decode:
-            lengths = [g.shape[0] for g in gathers]
-            L = max(lengths)
-            if all(n == L for n in lengths):
-                decode_gather = torch.stack(gathers)
-            else:
-                decode_gather = torch.zeros(len(gathers), L, dtype=torch.long)
-                decode_mask = torch.zeros(len(gathers), 1, L, dtype=torch.float32)
-                for b, (g, n) in enumerate(zip(gathers, lengths, strict=True)):
-                    decode_gather[b, :n] = g
-                    decode_mask[b, 0, n:] = float("-inf")
-                decode_mask = decode_mask.to(dev)
-            decode_gather = decode_gather.to(dev)
+            # Rows are batched by their context padded to a multiple of DECODE_BUCKET, so a row's attention is
+            # the same computation whatever it is batched with (attention.py, DECODE_BUCKET).
+            by_length: dict[int, list[int]] = {}
+            for r, g in enumerate(gathers):
+                by_length.setdefault(-(-g.shape[0] // DECODE_BUCKET) * DECODE_BUCKET, []).append(r)
+            for L, members in by_length.items():
+                gather = torch.zeros(len(members), L, dtype=torch.long)
+                mask = torch.zeros(len(members), 1, L, dtype=torch.float32)
+                padded = False
+                for b, r in enumerate(members):
+                    n = gathers[r].shape[0]
+                    gather[b, :n] = gathers[r]
+                    if n < L:
+                        mask[b, 0, n:] = float("-inf")
+                        padded = True
+                contiguous = members == list(range(members[0], members[0] + len(members)))
+                groups.append(DecodeGroup(
+                    rows=None if contiguous else torch.tensor(members, device=dev), start=members[0],
+                    end=members[-1] + 1, gather=gather.to(dev), mask=mask.to(dev) if padded else None,
+                ))
+            if len(groups) == 1:
+                decode_gather, decode_mask = groups[0].gather, groups[0].mask
         spans: list[PrefillSpan] = []
         row = len(gathers)
         for i in prefill:
@@ -159,7 +177,7 @@ class ModelRunner:
             spans.append(PrefillSpan(row, row + n, g.to(dev), mask.to(dev)))
             row += n
         return AttentionLayout(num_decode=len(gathers), decode_gather=decode_gather, decode_mask=decode_mask,
-                               prefills=spans)
+                               prefills=spans, decode_groups=groups)
 
     @torch.inference_mode()
     def run(self, items: list[ScheduledSeq]) -> tuple[torch.Tensor | None, list[int]]:
@@ -167,7 +185,11 @@ class ModelRunner:
 
         A verifying item (`len(item.draft) == k`) owns the k + 1 logits rows ending at its row."""
         input_ids, positions, batch, rows = self.prepare(items)
-        hidden = self.model.forward(input_ids, positions, self.kv_cache, batch)
+        hidden = None
+        if self.compiled is not None:  # decode-only steps (compile.py); None: this step runs eager
+            hidden = self.compiled(input_ids, positions, self.kv_cache, batch)
+        if hidden is None:
+            hidden = self.model.forward(input_ids, positions, self.kv_cache, batch)
         wanted: list[int] = []
         out_rows: list[int] = []
         for it, r in zip(items, rows, strict=True):

@@ -1,4 +1,4 @@
-"""The `parley` command line: demo, chat, serve (registered by `parley.server.cli`) and mcp serve
+"""The `parley` command line: demo, chat, bench, serve (registered by `parley.server.cli`) and mcp serve
 (registered by `parley.mcp.cli`: parley tools offered to MCP clients over stdio or Streamable HTTP).
 
 ``parley demo`` is the main job in one command: the embedded SmolLM2-135M on CPU, no network. An
@@ -205,6 +205,34 @@ def _chat(args: argparse.Namespace) -> int:
         return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    """The engine's own figures on this machine and model, per mode (local_engine/bench.py), like llama-bench."""
+    import json
+
+    from tqdm.auto import tqdm
+
+    from parley.local_engine import bench
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in bench.MODES]
+    if unknown or not modes:
+        print(f"parley bench: unknown mode {unknown[0] if unknown else args.modes!r}; "
+              f"choose from {', '.join(bench.MODES)}", file=sys.stderr)
+        return 2
+    steps = len(modes) * (5 + (0 if args.no_spec else 1))
+    with tqdm(total=steps, desc="parley bench", file=sys.stderr, disable=args.json and not sys.stderr.isatty()) as bar:
+
+        def progress(what: str) -> None:
+            bar.set_postfix_str(what)
+            bar.update(1)
+
+        result = bench.run(args.model, modes=modes, threads=args.threads, runs=args.runs,
+                           decode_tokens=args.tokens, prefill_tokens=args.prefill, batch=args.batch,
+                           speculation=not args.no_spec, progress=progress)
+    print(json.dumps(result) if args.json else bench.table(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parley", description="parley: agents over local and hosted models")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -222,6 +250,19 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--max-tokens", type=int, default=256)
     chat.add_argument("--temperature", type=float, default=0.0)
     chat.set_defaults(func=_chat)
+
+    bench_cmd = sub.add_parser("bench", help="the local engine's speed on this machine: decode, prefill, batching, "
+                                             "cached-prefix TTFT, speculative decoding, per mode")
+    bench_cmd.add_argument("--model", default=None, help="a .gguf file or HF folder (default: embedded SmolLM2)")
+    bench_cmd.add_argument("--modes", default="fp32,int8", help="comma-separated: fp32, bf16, int8, int8-head")
+    bench_cmd.add_argument("--threads", type=int, default=None, help="CPU threads (default: every usable core)")
+    bench_cmd.add_argument("--runs", type=int, default=3, help="timed runs per figure (the median is shown)")
+    bench_cmd.add_argument("--tokens", type=int, default=64, help="decode length")
+    bench_cmd.add_argument("--prefill", type=int, default=512, help="prompt length of the prefill figures")
+    bench_cmd.add_argument("--batch", type=int, default=16, help="concurrent requests of the batching figure")
+    bench_cmd.add_argument("--no-spec", action="store_true", help="skip the speculative-decoding figures")
+    bench_cmd.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    bench_cmd.set_defaults(func=_bench)
 
     from parley.server.cli import add_serve_command
 

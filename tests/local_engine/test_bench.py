@@ -36,3 +36,12 @@ def test_table_lists_every_mode() -> None:
               "modes": {"fp32": {"decode_tok_s": 40.0}, "int8": {"decode_tok_s": 70.0, "spec_speedup_prose": 1.0}}}
     text = table(result)
     assert "fp32" in text and "int8" in text and "70.0" in text and "load average 0.5 -> 0.7" in text
+
+
+def test_parley_bench_command_parses_and_refuses_an_unknown_mode(capsys: Any) -> None:
+    from parley.cli import build_parser, main
+
+    args = build_parser().parse_args(["bench", "--modes", "int8", "--threads", "1", "--json", "--no-spec"])
+    assert args.func.__name__ == "_bench" and args.modes == "int8" and args.json and args.no_spec
+    assert main(["bench", "--modes", "fp32,int4"]) == 2
+    assert "unknown mode 'int4'" in capsys.readouterr().err

@@ -177,5 +177,54 @@ def test_smollm2_int8_stays_close_to_fp32(smol_engine: Engine) -> None:
         p = SamplingParams(max_tokens=4, min_tokens=4)
         ref_tokens = [o.token_ids for o in smol_engine.generate(prompts, p)]
         assert [o.token_ids for o in engine.generate(prompts, p)] == ref_tokens
+        # Batch invariance within the mode: 8 concurrent requests of different lengths equal their solo runs
+        # (before decode attention was bucketed, 2 of 16 parted at token 26: attention.py DECODE_BUCKET).
+        from parley.local_engine.bench import QUESTIONS, chat_ids
+
+        crowd = [chat_ids(tok, " ".join((QUESTIONS * 4)[i : i + 1 + i % 6])) for i in range(8)]
+        p = SamplingParams(max_tokens=32, min_tokens=32)
+        together = [o.token_ids for o in engine.generate(crowd, p)]
+        assert together == [engine.generate([c], p)[0].token_ids for c in crowd]
+    finally:
+        engine.close()
+
+
+@needs_int8
+def test_a_decode_row_is_bitwise_the_same_alone_batched_and_as_a_verify_row(tiny_hf: Any) -> None:
+    """int8 activations turn a last-bit difference upstream into a whole quantisation step, so decode attention
+    must not depend on the batch (attention.py, DECODE_BUCKET): one row's logits, computed alone, next to a
+    much longer sequence, and as row 0 of a speculative verify, are bitwise equal (int8 LM head too)."""
+    from parley.local_engine.config import SamplingParams as SP
+    from parley.local_engine.runner import ModelRunner
+    from parley.local_engine.scheduler import ScheduledSeq
+    from parley.local_engine.sequence import Sequence
+
+    engine = tiny_int8_engine(tiny_hf, quantize_lm_head=True)
+    model = engine.model
+    try:
+        short, long = prompts_of([21, 150], seed=6)
+
+        def filled(runner: ModelRunner, ids: list[int], first_block: int) -> Sequence:
+            seq = Sequence(f"s{first_block}", ids, SP())
+            seq.block_table = list(range(first_block, first_block + 12))
+            with torch.inference_mode():
+                a, b, c, _ = runner.prepare([ScheduledSeq(seq, len(ids) - 1, 0, False)])
+                model.forward(a, b, runner.kv_cache, c)
+            seq.num_computed_tokens = len(ids) - 1
+            return seq
+
+        def logits(items: list[ScheduledSeq], runner: ModelRunner) -> Any:
+            with torch.inference_mode():
+                a, b, c, _ = runner.prepare(items)
+                return model.compute_logits(model.forward(a, b, runner.kv_cache, c))
+
+        r1 = ModelRunner(model, num_blocks=32, block_size=16)
+        alone = logits([ScheduledSeq(filled(r1, short, 0), 1, 20, True)], r1)
+        r2 = ModelRunner(model, num_blocks=32, block_size=16)
+        s_short, s_long = filled(r2, short, 0), filled(r2, long, 12)
+        batched = logits([ScheduledSeq(s_long, 1, 149, True), ScheduledSeq(s_short, 1, 20, True)], r2)
+        r3 = ModelRunner(model, num_blocks=32, block_size=16)
+        verify = logits([ScheduledSeq(filled(r3, short, 0), 4, 20, True, draft=(7, 8, 9))], r3)
+        assert torch.equal(batched[1], alone[0]) and torch.equal(verify[0], alone[0])
     finally:
         engine.close()
