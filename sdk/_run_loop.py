@@ -32,15 +32,17 @@ from parley._run_tools import ToolRunner
 from parley._run_turn import EventSink, take_turn, unique_call_ids
 from parley.agent_tool import take_link
 from parley.backends.base import ModelRequest
+from parley.compaction import still_valid
 from parley.errors import MaxTurnsExceeded, OutputValidationError
 from parley.interruptions import plan_batch, repeat_mode, repeat_outcome, settled_call
 from parley.output import OutputInvalid
 from parley.protocol import Conversation, Message, MessageEnd, Role, ToolCall, ToolResult
 from parley.protocol.events import ToolCallRepeated
 from parley.result import RunResult
-from parley.run_state import RepeatedCall, RunState
+from parley.run_state import CompactionRecord, RepeatedCall, RunState
 from parley.sessions import Session
-from parley.sessions._run import commit_turn, load_history
+from parley.sessions._run import commit_turn, load_history, stored_record
+from parley.sessions.base import LiveView
 from parley.tools import ToolContext, call_key
 
 if TYPE_CHECKING:
@@ -69,6 +71,10 @@ class RunLoop:
         self.session = session
         self.history: list[Message] = []
         """The session's items before this run's turn: shown to the model, never put in the state."""
+        self.session_view: LiveView | None = None
+        """Where the session stores each item of `history` (so the run's compaction can be recorded)."""
+        self.seeded_compaction: CompactionRecord | None = None
+        """The session's own latest compaction, as the run's starting `RunState.compaction`."""
         self.state = state
         self.emit = emit
         self._user_checkpoint = checkpoint
@@ -100,11 +106,12 @@ class RunLoop:
     async def _run(self) -> RunResult[Any]:
         agent, state = self.agent, self.state
         if self.session is not None:
-            self.history = await load_history(self.session)
+            self.history, self.session_view = await load_history(self.session)
             self.seen_ids |= {c.id for m in self.history for c in m.tool_calls}
+            self._seed_compaction()
         if state.status == "complete" and not state.queued_input and not state.batch:
             # nothing new to do: a finished state resumed without input returns its answer again
-            await commit_turn(self.session, state)  # (once per trace id: a no-op if already written)
+            await self._commit()  # (once per trace id: a no-op if already written)
             return self._result(agent.output_spec.load(state.output), paused=False)
         state.status = "running"
         while True:
@@ -182,8 +189,22 @@ class RunLoop:
             state.status = "complete"
             state.output = agent.output_spec.dump(output)
             await self.checkpoint()
-            await commit_turn(self.session, state)  # the whole turn, one transaction, after the last checkpoint
+            await self._commit()  # the whole turn, one transaction, after the last checkpoint
             return self._result(output, paused=False)
+
+    async def _commit(self) -> None:
+        await commit_turn(self.session, self.state, self.session_view, self.seeded_compaction)
+
+    def _seed_compaction(self) -> None:
+        """Start from the session's stored compaction (when the agent compacts and the state holds no
+        valid compaction of its own), so a later compaction replaces the stored summary."""
+        self.seeded_compaction = stored_record(self.history, self.session_view)
+        if self.agent.compaction is None or self.seeded_compaction is None:
+            return
+        own = self.state.compaction
+        body = [*self.history, *self.state.messages]
+        if own is None or not still_valid(own, body):
+            self.state.compaction = self.seeded_compaction
 
     async def _refuse(self, calls: list[ToolCall]) -> None:
         """The model called tools on a turn that had them off: answer each call without running it.

@@ -35,11 +35,16 @@ What ``agent.run(input, session=s)`` does (also `run_sync` and `run_stream`):
   next turn is a new run (``agent.run(input, session=s)``).
 * Concurrent runs on one session each append their own whole turn, in commit order; a run does not
   see a turn that another run commits while it is running.
+* **Compaction is recorded with the turn.** When the run compacted (``Agent(compaction=...)``),
+  parley's stores write a compaction row in the turn's transaction: the next run reads the live
+  history (pinned prefix byte-identical, the summary, the kept tail) instead of the whole old
+  history, and asks for no summary again. Replaced messages stay stored (`get_all_items`), with the
+  record of each compaction (`compactions`, `StoredCompaction`). See `parley.sessions.base`.
 """
 
-from parley.sessions.base import Session, SessionStore
+from parley.sessions.base import Session, SessionStore, StoredCompaction
 from parley.sessions.memory import MemorySession
 from parley.sessions.sqlalchemy_session import SQLAlchemySession
 from parley.sessions.sqlite import SQLiteSession
 
-__all__ = ["MemorySession", "SQLAlchemySession", "SQLiteSession", "Session", "SessionStore"]
+__all__ = ["MemorySession", "SQLAlchemySession", "SQLiteSession", "Session", "SessionStore", "StoredCompaction"]

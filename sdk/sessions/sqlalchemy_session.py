@@ -5,7 +5,8 @@
 
 Needs the ``sql`` extra (``pip install 'parley[sql]'``: SQLAlchemy 2) and the database's own sync
 driver (psycopg, PyMySQL, ...). The tables are the ones `SQLiteSession` uses (`parley_sessions`,
-`parley_messages`, `parley_turns`; created when missing unless ``create_tables=False``), so a SQLite
+`parley_messages`, `parley_turns`, `parley_compactions`; created when missing unless
+``create_tables=False``), so a SQLite
 file written by either store reads with the other.
 
 Concurrent writers: every write is one transaction that first updates the session's own row in
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from parley.errors import ConfigurationError
 from parley.protocol import BlobStore, Message
-from parley.sessions.base import SessionStore
+from parley.sessions.base import PendingCompaction, SessionStore, StoredCompaction
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -48,7 +49,7 @@ def _sqlalchemy() -> Any:
 
 
 class _Tables:
-    """The three tables, as SQLAlchemy Core objects (built once, on first use)."""
+    """The four tables, as SQLAlchemy Core objects (built once, on first use)."""
 
     _built: _Tables | None = None
     _lock = threading.Lock()
@@ -81,6 +82,18 @@ class _Tables:
             self.metadata,
             sa.Column("session_id", key, primary_key=True),
             sa.Column("turn_id", key, primary_key=True),
+            sa.Column("created_at", sa.Double, nullable=False),
+        )
+        self.compactions = sa.Table(
+            "parley_compactions",
+            self.metadata,
+            sa.Column("session_id", key, primary_key=True),
+            sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+            sa.Column("head_seq", sa.BigInteger, nullable=False),
+            sa.Column("through_seq", sa.BigInteger, nullable=False),
+            sa.Column("summary_json", text, nullable=False),
+            sa.Column("record_json", text, nullable=False),
+            sa.Column("turn_id", key, nullable=True),
             sa.Column("created_at", sa.Double, nullable=False),
         )
 
@@ -201,20 +214,50 @@ class SQLAlchemySession(SessionStore):
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- operations ---------------------------------------------------------------------------------
-    def _read(self, limit: int | None) -> list[str]:
+    def _latest(self, conn: Any) -> StoredCompaction | None:
+        sa = _sqlalchemy()
+        table = self._tables.compactions
+        row = conn.execute(
+            sa.select(*_compaction_columns(table)).where(table.c.session_id == self.session_id)
+            .order_by(table.c.id.desc()).limit(1)
+        ).first()
+        return StoredCompaction(*row) if row is not None else None
+
+    def _snapshot(self, limit: int | None) -> tuple[list[tuple[int, str]], StoredCompaction | None, int]:
+        sa = _sqlalchemy()
+        messages = self._tables.messages
+        mine = messages.c.session_id == self.session_id
+        query = sa.select(messages.c.seq, messages.c.message_json).where(mine)
+        with self.engine.connect() as conn, conn.begin():  # one transaction: one snapshot where the database gives it
+            latest = self._latest(conn)
+            last = conn.execute(sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0)).where(mine)).scalar_one()
+            if latest is not None:
+                query = query.where(sa.or_(messages.c.seq <= latest.head_seq, messages.c.seq > latest.through_seq))
+                rows = [(row[0], row[1]) for row in conn.execute(query.order_by(messages.c.seq))]
+            elif limit is None:
+                rows = [(row[0], row[1]) for row in conn.execute(query.order_by(messages.c.seq))]
+            else:
+                newest = conn.execute(query.order_by(messages.c.seq.desc()).limit(limit))
+                rows = [(row[0], row[1]) for row in newest][::-1]
+        return rows, latest, int(last)
+
+    def _all_rows(self) -> list[str]:
         sa = _sqlalchemy()
         messages = self._tables.messages
         query = sa.select(messages.c.message_json).where(messages.c.session_id == self.session_id)
-        if limit is None:
-            with self.engine.connect() as conn:
-                return [row[0] for row in conn.execute(query.order_by(messages.c.seq))]
         with self.engine.connect() as conn:
-            latest = [row[0] for row in conn.execute(query.order_by(messages.c.seq.desc()).limit(limit))]
-        return latest[::-1]
+            return [row[0] for row in conn.execute(query.order_by(messages.c.seq))]
 
-    def _append(self, rows: list[str], turn_id: str | None) -> bool:
+    def _compactions(self) -> list[StoredCompaction]:
         sa = _sqlalchemy()
-        messages, turns = self._tables.messages, self._tables.turns
+        table = self._tables.compactions
+        query = sa.select(*_compaction_columns(table)).where(table.c.session_id == self.session_id)
+        with self.engine.connect() as conn:
+            return [StoredCompaction(*row) for row in conn.execute(query.order_by(table.c.id))]
+
+    def _append(self, rows: list[str], turn_id: str | None, compaction: PendingCompaction | None = None) -> bool:
+        sa = _sqlalchemy()
+        messages, turns, compactions = self._tables.messages, self._tables.turns, self._tables.compactions
 
         def append(conn: Any, now: float) -> bool:
             if turn_id is not None:
@@ -238,6 +281,16 @@ class SQLAlchemySession(SessionStore):
                         for i, row in enumerate(rows, start=1)
                     ],
                 )
+            if compaction is not None:
+                latest = self._latest(conn)
+                latest_id = latest.id if latest is not None else None
+                if compaction.expect_last_seq == last and compaction.expect_compaction == latest_id:
+                    through = compaction.through(last)
+                    conn.execute(sa.insert(compactions).values(
+                        session_id=self.session_id, id=(latest_id or 0) + 1, head_seq=compaction.head_seq,
+                        through_seq=through, summary_json=compaction.summary_json,
+                        record_json=compaction.record_json, turn_id=turn_id, created_at=now,
+                    ))
             return True
 
         return self._write(append)
@@ -257,6 +310,10 @@ class SQLAlchemySession(SessionStore):
                 return None
             message = load(row[1])  # a row that does not load stays where it is (the transaction rolls back)
             conn.execute(sa.delete(messages).where(messages.c.session_id == self.session_id, messages.c.seq == row[0]))
+            compactions = self._tables.compactions
+            conn.execute(sa.delete(compactions).where(
+                compactions.c.session_id == self.session_id, compactions.c.through_seq >= row[0]
+            ))
             return message
 
         return self._write(pop)
@@ -268,9 +325,15 @@ class SQLAlchemySession(SessionStore):
         def clear(conn: Any, now: float) -> None:
             conn.execute(sa.delete(tables.messages).where(tables.messages.c.session_id == self.session_id))
             conn.execute(sa.delete(tables.turns).where(tables.turns.c.session_id == self.session_id))
+            conn.execute(sa.delete(tables.compactions).where(tables.compactions.c.session_id == self.session_id))
             conn.execute(sa.delete(tables.sessions).where(tables.sessions.c.session_id == self.session_id))
 
         self._write(clear)
+
+
+def _compaction_columns(table: Any) -> tuple[Any, ...]:
+    c = table.c
+    return c.id, c.head_seq, c.through_seq, c.summary_json, c.record_json, c.turn_id, c.created_at
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

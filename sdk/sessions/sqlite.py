@@ -3,7 +3,7 @@
     session = SQLiteSession("user-42", "chats.db")
     result = await agent.run("Hi!", session=session)
 
-One row per message (the envelope's JSON), in three tables shared with `SQLAlchemySession`
+One row per message (the envelope's JSON), in four tables shared with `SQLAlchemySession`
 (`SCHEMA`), so either store reads what the other wrote. The database is in WAL mode (readers never
 wait for the writer) with ``synchronous=FULL`` (a committed turn survives a crash of the process or
 of the machine). Every write is one ``BEGIN IMMEDIATE`` transaction that takes the write lock
@@ -28,7 +28,9 @@ from typing import Any
 
 from parley.errors import ConfigurationError
 from parley.protocol import BlobStore, Message
-from parley.sessions.base import SessionStore
+from parley.sessions.base import PendingCompaction, SessionStore, StoredCompaction
+
+_COMPACTION_COLUMNS = "id, head_seq, through_seq, summary_json, record_json, turn_id, created_at"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS parley_sessions (
@@ -50,10 +52,24 @@ CREATE TABLE IF NOT EXISTS parley_turns (
     created_at FLOAT NOT NULL,
     PRIMARY KEY (session_id, turn_id)
 );
+CREATE TABLE IF NOT EXISTS parley_compactions (
+    session_id VARCHAR(255) NOT NULL,
+    id INTEGER NOT NULL,
+    head_seq INTEGER NOT NULL,
+    through_seq INTEGER NOT NULL,
+    summary_json TEXT NOT NULL,
+    record_json TEXT NOT NULL,
+    turn_id VARCHAR(255),
+    created_at FLOAT NOT NULL,
+    PRIMARY KEY (session_id, id)
+);
 """
 """The tables: sessions, messages (ordered by ``seq`` within a session; ``turn_id`` names the turn a
-row was written with), and the turn ids written (what makes ``add_items(turn_id=...)`` happen once)."""
-_TABLES = ("parley_sessions", "parley_messages", "parley_turns")
+row was written with), the turn ids written (what makes ``add_items(turn_id=...)`` happen once), and
+the compactions (rows ``head_seq < seq <= through_seq`` replaced by ``summary_json`` in the live
+history; the latest id applies). A database written before compactions existed gets the fourth
+table when opened."""
+_TABLES = ("parley_sessions", "parley_messages", "parley_turns", "parley_compactions")
 
 
 class SQLiteSession(SessionStore):
@@ -88,7 +104,7 @@ class SQLiteSession(SessionStore):
             conn.execute("PRAGMA journal_mode = WAL")  # persistent in the file; 'memory' for :memory:
             conn.execute("PRAGMA synchronous = FULL")
             present = conn.execute(
-                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)", _TABLES
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?, ?)", _TABLES
             ).fetchone()[0]
             if present == len(_TABLES):
                 return conn  # (a reader never waits for a writer: opening does not either)
@@ -143,23 +159,66 @@ class SQLiteSession(SessionStore):
                 raise
             conn.execute("COMMIT")
 
-    # -- operations -------------------------------------------------------------------------------------
-    def _read(self, limit: int | None) -> list[str]:
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction (a consistent snapshot across its statements; never waits for a writer)."""
         with self._lock:
             conn = self._connection()
-            if limit is None:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+
+    # -- operations -------------------------------------------------------------------------------------
+    def _latest(self, conn: sqlite3.Connection) -> StoredCompaction | None:
+        row = conn.execute(
+            f"SELECT {_COMPACTION_COLUMNS} FROM parley_compactions WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+            (self.session_id,),
+        ).fetchone()
+        return StoredCompaction(*row) if row is not None else None
+
+    def _snapshot(self, limit: int | None) -> tuple[list[tuple[int, str]], StoredCompaction | None, int]:
+        with self._reading() as conn:
+            latest = self._latest(conn)
+            last = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM parley_messages WHERE session_id = ?", (self.session_id,)
+            ).fetchone()[0]
+            if latest is not None:
                 rows = conn.execute(
-                    "SELECT message_json FROM parley_messages WHERE session_id = ? ORDER BY seq", (self.session_id,)
+                    "SELECT seq, message_json FROM parley_messages WHERE session_id = ? AND (seq <= ? OR seq > ?)"
+                    " ORDER BY seq",
+                    (self.session_id, latest.head_seq, latest.through_seq),
+                ).fetchall()
+            elif limit is None:
+                rows = conn.execute(
+                    "SELECT seq, message_json FROM parley_messages WHERE session_id = ? ORDER BY seq",
+                    (self.session_id,),
                 ).fetchall()
             else:
                 rows = conn.execute(
-                    "SELECT message_json FROM (SELECT seq, message_json FROM parley_messages WHERE session_id = ?"
-                    " ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+                    "SELECT seq, message_json FROM (SELECT seq, message_json FROM parley_messages"
+                    " WHERE session_id = ? ORDER BY seq DESC LIMIT ?) ORDER BY seq",
                     (self.session_id, limit),
                 ).fetchall()
+        return [(row[0], row[1]) for row in rows], latest, int(last)
+
+    def _all_rows(self) -> list[str]:
+        with self._lock:
+            rows = self._connection().execute(
+                "SELECT message_json FROM parley_messages WHERE session_id = ? ORDER BY seq", (self.session_id,)
+            ).fetchall()
         return [row[0] for row in rows]
 
-    def _append(self, rows: list[str], turn_id: str | None) -> bool:
+    def _compactions(self) -> list[StoredCompaction]:
+        with self._lock:
+            rows = self._connection().execute(
+                f"SELECT {_COMPACTION_COLUMNS} FROM parley_compactions WHERE session_id = ? ORDER BY id",
+                (self.session_id,),
+            ).fetchall()
+        return [StoredCompaction(*row) for row in rows]
+
+    def _append(self, rows: list[str], turn_id: str | None, compaction: PendingCompaction | None = None) -> bool:
         now = time.time()
         with self._write() as conn:
             if turn_id is not None:
@@ -188,6 +247,18 @@ class SQLiteSession(SessionStore):
                 " VALUES (?, ?, ?, ?, ?)",
                 [(self.session_id, last + i, turn_id, row, now) for i, row in enumerate(rows, start=1)],
             )
+            if compaction is not None:
+                latest = self._latest(conn)
+                if compaction.expect_last_seq == last and compaction.expect_compaction == (
+                    latest.id if latest is not None else None
+                ):
+                    through = compaction.through(last)
+                    conn.execute(
+                        f"INSERT INTO parley_compactions (session_id, {_COMPACTION_COLUMNS})"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (self.session_id, (latest.id if latest is not None else 0) + 1, compaction.head_seq,
+                         through, compaction.summary_json, compaction.record_json, turn_id, now),
+                    )
         return True
 
     def _pop(self, load: Callable[[str], Message]) -> Message | None:
@@ -200,9 +271,12 @@ class SQLiteSession(SessionStore):
                 return None
             message = load(row[1])  # a row that does not load stays where it is
             conn.execute("DELETE FROM parley_messages WHERE session_id = ? AND seq = ?", (self.session_id, row[0]))
+            conn.execute(
+                "DELETE FROM parley_compactions WHERE session_id = ? AND through_seq >= ?", (self.session_id, row[0])
+            )
         return message
 
     def _clear(self) -> None:
         with self._write() as conn:
-            for table in ("parley_messages", "parley_turns", "parley_sessions"):
+            for table in ("parley_messages", "parley_turns", "parley_compactions", "parley_sessions"):
                 conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (self.session_id,))
