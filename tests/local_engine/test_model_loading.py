@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.local_engine.families import hf_greedy, hf_logits, hf_model, logits_every_position, parity, prompts_of
+from tests.local_engine.gguf_writer import write_gguf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -185,71 +186,137 @@ def test_a_missing_misshapen_or_unused_tensor_is_named(family: str, edit: Any, m
 
 
 # -- GGUF ----------------------------------------------------------------------------------------------
-_GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-               "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+# Each family transformers' GGUF reader loads, written as llama.cpp writes it (gguf_writer.py): Llama with
+# default and llama3 rope (llama.cpp's rope_freqs tensor), Mistral (an arch 'llama' file), Qwen2.5, Qwen3 and
+# Qwen3-MoE (every layer MoE: llama.cpp's qwen3moe has no dense layers).
+GGUF_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("llama3", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
+    "llama3-rope": ("llama3", {}),
+    "mistral": ("mistral", {"sliding_window": None}),
+    "qwen2.5": ("qwen2.5-untied", {}),
+    "qwen3": ("qwen3", {}),
+    "qwen3-moe": ("qwen3-moe", {"mlp_only_layers": []}),
+}
 
 
-def write_qwen2_gguf(hf: Any, path: Path) -> None:
-    """`hf` as an fp32 GGUF the way llama.cpp lays a Qwen2 out, with a byte-level BPE vocabulary."""
-    gguf = pytest.importorskip("gguf")
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    c = hf.config
-    w = gguf.GGUFWriter(str(path), "qwen2")
-    w.add_name("tiny-qwen2")
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    byte_symbols = list(bytes_to_unicode().values())
-    tokens, merges = list(byte_symbols), []
-    for a in byte_symbols[65:91]:
-        for b in byte_symbols[97:123]:
-            if len(tokens) < c.vocab_size - 2:
-                tokens.append(a + b)
-                merges.append(f"{a} {b}")
-    tokens += ["<|endoftext|>", "<|im_end|>"]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types([1] * (len(tokens) - 2) + [3, 3])
-    w.add_token_merges(merges)
-    w.add_bos_token_id(len(tokens) - 2)
-    w.add_eos_token_id(len(tokens) - 1)
-    top = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
-           "model.norm.weight": "output_norm.weight"}
-    for name, tensor in hf.state_dict().items():
-        if name not in top:
-            parts = name.split(".")
-            top[name] = f"blk.{parts[2]}.{_GGUF_NAMES['.'.join(parts[3:-1])]}.{parts[-1]}"
-        w.add_tensor(top[name], tensor.detach().float().numpy())
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
-def test_a_gguf_round_trip_loads_and_matches_its_hf_twin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("family", sorted(GGUF_FAMILIES))
+def test_a_gguf_round_trip_loads_and_matches_its_hf_twin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         family: str) -> None:
     monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path / "cache"))
-    hf = hf_model("qwen2.5-untied")
-    path = tmp_path / "tiny-qwen2.F32.gguf"
-    write_qwen2_gguf(hf, path)
+    base, overrides = GGUF_FAMILIES[family]
+    hf = hf_model(base, **overrides)
+    path = tmp_path / f"tiny-{family}.F32.gguf"
+    eos = write_gguf(hf, path, name=f"tiny-{family}")
     engine = Engine.from_pretrained(path, device="cpu", dtype="float32", config=SMALL)
     try:
-        assert engine.model_name == "tiny-qwen2" and 511 in engine.eos_token_ids
+        assert engine.model_name == f"tiny-{family}" and eos in engine.eos_token_ids
+        assert engine.stats()["model_type"] == ("llama" if family == "mistral" else hf.config.model_type)
+        prompt = prompts_of([29], seed=10)[0]
+        abs_diff, rel_diff = parity(logits_every_position(engine.model, prompt, [13, 16]), hf_logits(hf, prompt))
+        assert rel_diff <= 1e-4, (abs_diff, rel_diff)
         prompts = prompts_of([6, 27], seed=9)
         outs = engine.generate(prompts, SamplingParams(max_tokens=16, min_tokens=16))
-        hf.generation_config.eos_token_id = 511  # the GGUF's end token: both sides mask the same one
+        hf.generation_config.eos_token_id = eos  # the GGUF's end token: both sides mask the same one
         assert [o.token_ids for o in outs] == [hf_greedy(hf, p, 16) for p in prompts]
         assert engine.tokenizer.decode(engine.tokenizer.encode("Ab")) == "Ab"
     finally:
         engine.close()
+
+
+def test_a_cache_an_older_converter_wrote_is_converted_again_when_it_would_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Llama-3 GGUF cached before rope_freqs was read back (default rope in its config.json) is redone."""
+    from parley.local_engine import loader
+
+    monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "tiny-llama3.F32.gguf"
+    write_gguf(hf_model("llama3"), path, name="tiny-llama3")
+    folder = loader.resolve(path).folder
+    assert json.loads((folder / "config.json").read_text())["rope_parameters"]["rope_type"] == "llama3"
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "rope_parameters": {"rope_type": "default",
+                                                                               "rope_theta": 10000.0}}))
+    (folder / "parley-complete.json").write_text(json.dumps({"source": str(path)}))  # no converter version
+    again = loader.resolve(path).folder
+    assert json.loads((again / "config.json").read_text())["rope_parameters"]["rope_type"] == "llama3"
+
+
+def _with_key(key: str) -> Any:
+    def edit(path: Path, out: Path) -> None:  # rewrite `path` with one more metadata key
+        import gguf
+
+        reader = gguf.GGUFReader(str(path))
+        w = gguf.GGUFWriter(str(out), str(reader.fields["general.architecture"].contents()))
+        for name, f in reader.fields.items():
+            if name.startswith("GGUF.") or name == "general.architecture":
+                continue
+            w.add_key_value(name, f.contents(), f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
+        w.add_uint32(key, 8)
+        for t in reader.tensors:
+            w.add_tensor(t.name, np_copy(t.data), raw_dtype=t.tensor_type)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+    return edit
+
+
+def np_copy(data: Any) -> Any:
+    import numpy as np
+
+    return np.array(data)
+
+
+REFUSED_GGUF = [
+    ("gpt-oss", "gpt-oss", {}, None, "architecture 'gpt-oss' is not supported: .*expert tensors"),
+    ("mistral-arch", "mistral", {"sliding_window": None}, "mistral", "architecture 'mistral' is not supported"),
+    ("phi3-arch", "llama3", {}, "phi3", "architecture 'phi3' is not supported"),
+    ("llama-biases", "llama-biases", {}, None, "tensor 'blk.0.attn_q.bias' is not read"),
+    ("qwen3-moe-dense-layer", "qwen3-moe", {}, None, "left 'model.layers.1.mlp.experts.down_proj' unset"),
+    ("sliding-window-key", "qwen2.5-untied", {}, "qwen2.attention.sliding_window",
+     "metadata key 'qwen2.attention.sliding_window' is not supported"),
+]
+
+
+@pytest.mark.parametrize(("case", "family", "overrides", "arch", "match"), REFUSED_GGUF,
+                         ids=[c[0] for c in REFUSED_GGUF])
+def test_a_gguf_transformers_cannot_load_faithfully_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, family: str, overrides: dict[str, Any],
+    arch: str | None, match: str,
+) -> None:
+    """gpt-oss (transformers' reader leaves its experts random), an arch 'mistral' file (gguf-py has no tensor
+    names for it), an unknown architecture, a GGUF tensor the reader drops, a weight it leaves unset and a
+    metadata key it ignores: each a `ModelLoadError` naming it, and nothing cached."""
+    monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path / "cache"))
+    hf = hf_model(family, **overrides)
+    path = tmp_path / f"{case}.gguf"
+    key = arch if arch and "." in arch else None
+    write_gguf(hf, path, name=case, arch=None if key else arch)
+    if key:
+        edited = tmp_path / f"{case}-edited.gguf"
+        _with_key(key)(path, edited)
+        path = edited
+    with pytest.raises(ModelLoadError, match=match):
+        Engine.from_pretrained(path, device="cpu", dtype="float32", config=SMALL)
+    models = tmp_path / "cache" / "models"
+    assert not models.exists() or not [p for p in models.iterdir() if not p.name.startswith(".")]
+
+
+def test_llama3_rope_is_recovered_from_llama_cpps_factor_tensor() -> None:
+    """Llama 3.2's rope scaling, baked by llama.cpp into `rope_freqs.weight`, read back as its parameters."""
+    import numpy as np
+
+    from parley.local_engine import gguf_arch
+
+    released = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    factors = np.float32(gguf_arch._llama3_factors(500000.0, 64, 32.0, 1.0, 4.0, 8192))
+    assert gguf_arch.llama3_rope(factors, 500000.0, 64, "x.gguf") == released
+    assert gguf_arch.llama3_rope(np.ones(32, np.float32), 500000.0, 64, "x.gguf") is None
+    with pytest.raises(ModelLoadError, match="rope_freqs"):
+        gguf_arch.llama3_rope(np.float32(np.linspace(1, 7, 32)), 500000.0, 64, "x.gguf")
 
 
 # Shaped like the released checkpoints' config.json files (the fields that matter; no weights needed).
