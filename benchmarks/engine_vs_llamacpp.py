@@ -8,6 +8,16 @@ llama.cpp is driven through `llama-cpp-python`, a benchmark-only dependency that
 
 Without it the script still measures parley's side and prints null for llama.cpp's figures.
 
+The same build also runs the `llamacpp`-marked integration test of `OpenAIBackend` against llama.cpp's
+OpenAI-compatible server (`python -m llama_cpp.server`, on 127.0.0.1, with this GGUF file). That needs the
+package's server extra on top; its dependencies are pure Python (fastapi, pydantic-settings,
+starlette-context, sse-starlette, uvicorn), so adding them does not rebuild llama.cpp:
+
+    .venv/bin/pip install 'llama-cpp-python[server]' -c constraints.txt   # keeps the pinned starlette etc.
+    .venv/bin/python -m pytest -q -m llamacpp tests/sdk/backends/test_llamacpp_server.py
+
+Without the extra that test skips, naming `llama-cpp-python[server]`.
+
 Workloads (each the median of `--runs`, the two sides interleaved run by run so load changes hit both):
   decode   single stream, 64 tokens, tok/s after the first token; parley's best mode for the file
   decode_q8  the same on a Q8_0 file llama.cpp makes from the same model (llama_model_quantize; parley: int8)

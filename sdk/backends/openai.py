@@ -1,19 +1,36 @@
-"""`OpenAIBackend`: ``/v1/chat/completions`` over httpx, for OpenAI, vLLM and SGLang servers.
+"""`OpenAIBackend`: ``/v1/chat/completions`` over httpx, for OpenAI, vLLM, SGLang and llama.cpp servers.
 
-One backend, three dialects (``flavor``; ``"auto"`` asks the server once: ``api.openai.com`` is
-OpenAI, a ``/version`` answer is vLLM, a ``/get_server_info`` answer is SGLang, anything else is
-treated as plain OpenAI-compatible):
+One backend, four dialects (``flavor``; ``"auto"`` asks the server once: ``api.openai.com`` is
+OpenAI, a ``/version`` answer is vLLM, a ``/get_server_info`` answer is SGLang, an OpenAPI title
+naming llama.cpp (``llama-cpp-python``'s server) or a ``/props`` answer (llama.cpp's own
+``llama-server``) is llama.cpp, anything else is treated as plain OpenAI-compatible):
 
-=================  =============================  ===============================  ==========================
-setting            openai                         vllm                             sglang
-=================  =============================  ===============================  ==========================
-output schema      ``response_format`` strict     ``structured_outputs.json``      ``response_format``
-                   (schema made strict-mode)      (never the removed ``guided_*``) json_schema
-Reasoning.effort   ``reasoning_effort``           ``reasoning_effort``             ``reasoning_effort``
-Reasoning.budget   rejected (names the setting)   ``thinking_token_budget``        rejected
-reasoning text     —                              ``reasoning`` field              ``reasoning_content``
-tenant             ``safety_identifier``          ``cache_salt``                   ``cache_salt``
-=================  =============================  ===============================  ==========================
+================  =======================  ===========================  ===================  ======================
+setting           openai                   vllm                         sglang               llamacpp
+================  =======================  ===========================  ===================  ======================
+length limit      max_completion_tokens    max_tokens                   max_tokens           max_tokens
+output schema     response_format          structured_outputs.json      response_format      response_format
+                  json_schema, strict      (never the removed guided_*) json_schema          json_object + schema
+                  (schema made strict)
+Reasoning.effort  reasoning_effort         reasoning_effort             reasoning_effort     rejected
+Reasoning.budget  rejected (names it)      thinking_token_budget        rejected             rejected
+reasoning text    —                        ``reasoning`` field          reasoning_content    reasoning_content
+tenant            safety_identifier        cache_salt                   cache_salt           not sent (no field)
+================  =======================  ===========================  ===================  ======================
+
+llama.cpp, as found against ``llama-cpp-python[server]`` 0.3.36 (the ``llamacpp``-marked
+``tests/sdk/backends/test_llamacpp_server.py``): it ignores ``max_completion_tokens`` (a turn ran on
+to the context's end); it refuses a ``json_schema`` ``response_format`` (it takes ``{"type":
+"json_object", "schema": ...}`` and compiles the schema to a grammar) and an assistant message whose
+``content`` is null (a tool-call turn sent back: the llamacpp dialect sends ""); it reports
+such request validation errors as HTTP 500, raised here as `BadRequestError` and not retried; it
+ignores ``reasoning_effort``; and its streams carry no usage whatever ``stream_options`` says, so a
+streamed llama.cpp turn reports zero tokens with ``Usage.raw == [{}]`` and no cost (`generate` has
+the counts). Tool calls need a server chat format that has them (``--chat_format
+chatml-function-calling``, or ``functionary`` with its own models); ``chatml-function-calling``
+cannot stream a turn where the model chooses whether to call a tool (``tool_choice`` auto or
+required: the stream closes empty), so `stream` asks for such a llama.cpp turn whole and replays it
+as events (with its usage).
 
 ``CachePolicy.prompt_cache_key`` becomes ``prompt_cache_key``; streams ask for
 ``stream_options.include_usage`` so usage arrives in the last chunk. Tool-call deltas are assembled
@@ -35,6 +52,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -44,6 +62,7 @@ import httpx
 from parley.backends.base import BackendCapabilities, ModelRequest, ModelResponse, NamedToolChoice
 from parley.backends.errors import (
     APIConnectionError,
+    BadRequestError,
     MalformedStreamError,
     ModelAPIError,
     ReasoningSettingError,
@@ -60,9 +79,12 @@ from parley.protocol import openai_responses as responses_wire
 from parley.protocol._wire_history import prepare_history
 from parley.usage import from_openai
 
-Flavor = Literal["openai", "vllm", "sglang", "auto"]
+Flavor = Literal["openai", "vllm", "sglang", "llamacpp", "auto"]
+Dialect = Literal["openai", "vllm", "sglang", "llamacpp"]
+FLAVORS = ("openai", "vllm", "sglang", "llamacpp", "auto")
 Api = Literal["chat", "responses"]
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_VALIDATION_ERROR = re.compile(r"^\d+ validation errors?\b")  # llama-cpp-python's request validation, as a 500
 
 
 class OpenAIBackend:
@@ -89,8 +111,9 @@ class OpenAIBackend:
         include: list[str] | None = None,
         reasoning_summary: Literal["auto", "concise", "detailed"] | None = None,
     ) -> None:
-        if flavor not in ("openai", "vllm", "sglang", "auto"):
-            raise ConfigurationError(f"OpenAIBackend flavor must be openai, vllm, sglang or auto, not {flavor!r}")
+        if flavor not in FLAVORS:
+            raise ConfigurationError(
+                f"OpenAIBackend flavor must be openai, vllm, sglang, llamacpp or auto, not {flavor!r}")
         if api not in ("chat", "responses"):
             raise ConfigurationError(f"OpenAIBackend api must be 'chat' or 'responses', not {api!r}")
         if previous_response_id and store is False:
@@ -128,29 +151,41 @@ class OpenAIBackend:
         return BackendCapabilities(reasoning=bool(self.info.get("reasoning", True)), prompt_cache=True)
 
     # -- flavor -------------------------------------------------------------------------------
-    async def resolve_flavor(self) -> Literal["openai", "vllm", "sglang"]:
+    async def resolve_flavor(self) -> Dialect:
         """The concrete dialect; ``auto`` probes the server once and remembers the answer."""
         if self.flavor != "auto":
             return self.flavor
-        detected: Literal["openai", "vllm", "sglang"] = "openai"
+        detected: Dialect = "openai"
         if urlsplit(self.base_url).hostname != "api.openai.com":
             root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
             if await self._probe(f"{root}/version", "version"):
                 detected = "vllm"
             elif await self._probe(f"{root}/get_server_info", None):
                 detected = "sglang"
+            elif await self._probe(f"{root}/openapi.json", "info", title="llama.cpp") or \
+                    await self._probe(f"{root}/props", "default_generation_settings"):
+                detected = "llamacpp"
         self.flavor = detected
         return detected
 
-    async def _probe(self, url: str, key: str | None) -> bool:
+    async def _probe(self, url: str, key: str | None, *, title: str | None = None) -> bool:
+        """``url`` answers 200 (with ``key`` in its JSON object; ``title``: inside that key's ``title``)."""
         try:
             response = await self._client.get(url, headers=self._headers, timeout=5.0)
-            return response.status_code == 200 and (key is None or key in response.json())
+            if response.status_code != 200:
+                return False
+            if key is None:
+                return True
+            payload = response.json()
+            if not isinstance(payload, dict) or key not in payload:
+                return False
+            section = payload[key]
+            return title is None or (isinstance(section, dict) and title in str(section.get("title", "")))
         except (httpx.HTTPError, ValueError):
             return False
 
     # -- request building ---------------------------------------------------------------------
-    def build_body(self, request: ModelRequest, flavor: Literal["openai", "vllm", "sglang"], *,
+    def build_body(self, request: ModelRequest, flavor: Dialect, *,
                    stream: bool = False) -> dict[str, Any]:
         if self.api == "responses":
             return self._responses_body(request, flavor, stream=stream)
@@ -160,7 +195,7 @@ class OpenAIBackend:
         if max_tokens is not None:
             extra["max_completion_tokens" if flavor == "openai" else "max_tokens"] = max_tokens
         extra.update(temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed)
-        if sampling.top_k is not None and flavor != "openai":  # vLLM/SGLang extension; OpenAI has no top_k
+        if sampling.top_k is not None and flavor != "openai":  # vLLM/SGLang/llama.cpp extension; not OpenAI
             extra["top_k"] = sampling.top_k
         if sampling.stop:
             extra["stop"] = list(sampling.stop)
@@ -168,12 +203,14 @@ class OpenAIBackend:
         if request.output_schema is not None:
             if flavor == "vllm":
                 extra["structured_outputs"] = {"json": request.output_schema}
+            elif flavor == "llamacpp":  # json_schema is refused; json_object + schema becomes a grammar
+                extra["response_format"] = {"type": "json_object", "schema": dict(request.output_schema)}
             else:
                 extra["response_format"] = wire.response_format(request.output_schema, strict=flavor == "openai")
-        if request.tenant is not None:
+        if request.tenant is not None and flavor != "llamacpp":  # llama.cpp has no tenant / cache-salt field
             extra["safety_identifier" if flavor == "openai" else "cache_salt"] = request.tenant
         policy = request.cache
-        if policy is not None and policy.enabled and policy.prompt_cache_key:
+        if policy is not None and policy.enabled and policy.prompt_cache_key and flavor != "llamacpp":
             extra["prompt_cache_key"] = policy.prompt_cache_key
         choice = request.tool_choice
         history = prepare_history(request.conversation.messages, provider=flavor)
@@ -190,10 +227,19 @@ class OpenAIBackend:
             else request.parallel_tool_calls,
             **extra,
         )
+        if flavor == "llamacpp":  # llama-cpp-python takes no null content (and its templates read content)
+            for entry in body["messages"]:
+                if entry.get("role") == "assistant" and entry.get("content") is None:
+                    entry["content"] = ""
         body.update(self.extra_body)
         return body
 
-    def _responses_body(self, request: ModelRequest, flavor: Literal["openai", "vllm", "sglang"], *,
+    def _replays_stream(self, request: ModelRequest, flavor: Dialect) -> bool:
+        """llama.cpp's ``chatml-function-calling`` cannot stream a turn that may or must call a tool."""
+        return flavor == "llamacpp" and self.api == "chat" and bool(request.tools) and \
+            request.tool_choice in ("auto", "required")
+
+    def _responses_body(self, request: ModelRequest, flavor: Dialect, *,
                         stream: bool) -> dict[str, Any]:
         sampling = request.sampling
         if sampling.stop:
@@ -257,6 +303,10 @@ class OpenAIBackend:
         if reasoning is None:
             return out
         where = f"{flavor} model {self.model!r}"
+        if flavor == "llamacpp" and (reasoning.effort is not None or reasoning.budget_tokens):
+            setting = "Reasoning.effort" if reasoning.effort is not None else "Reasoning.budget_tokens"
+            raise ReasoningSettingError(f"{where} rejects {setting}: llama.cpp's server has no reasoning "
+                                        "setting (it ignores reasoning_effort); leave Reasoning unset")
         if reasoning.effort is not None:
             if flavor == "openai" and self.info.get("known") and not self.info.get("reasoning"):
                 raise ReasoningSettingError(f"{where} rejects Reasoning.effort: it is not a reasoning model")
@@ -286,8 +336,12 @@ class OpenAIBackend:
                 payload: Any = json.loads(raw)
             except ValueError:
                 payload = raw.decode(errors="replace")
-            raise error_from_status(response.status_code, payload, dict(response.headers), provider=self.flavor,
-                                    request_id_header="x-request-id")
+            error = error_from_status(response.status_code, payload, dict(response.headers), provider=self.flavor,
+                                      request_id_header="x-request-id")
+            if self.flavor == "llamacpp" and response.status_code == 500 and _is_validation_error(payload):
+                error = BadRequestError(str(error), status_code=500, request_id=error.request_id,
+                                        provider=self.flavor, body=payload, retryable=False)
+            raise error
         return response
 
     async def _with_retries(self, body: dict[str, Any]) -> httpx.Response:
@@ -319,7 +373,8 @@ class OpenAIBackend:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Event]:
         flavor = await self.resolve_flavor()
-        body = self.build_body(request, flavor, stream=True)
+        replay = self._replays_stream(request, flavor)
+        body = self.build_body(request, flavor, stream=not replay)
         response = await self._with_retries(body)
         decoder: wire.StreamDecoder | responses_wire.StreamDecoder
         decoder = responses_wire.StreamDecoder(provider=flavor) if self.api == "responses" else \
@@ -327,7 +382,7 @@ class OpenAIBackend:
         failure: ModelAPIError | None = None
         finished = False
         try:
-            async for data in _sse_data(response):
+            async for data in (_replayed(response) if replay else _sse_data(response)):
                 if data == "[DONE]":
                     finished = True
                     break
@@ -370,6 +425,51 @@ class OpenAIBackend:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _is_validation_error(payload: Any) -> bool:
+    """llama-cpp-python's answer to a request its pydantic model refuses (sent as HTTP 500)."""
+    error = payload.get("error") if isinstance(payload, dict) else payload
+    message = error.get("message") if isinstance(error, dict) else error
+    return isinstance(message, str) and _VALIDATION_ERROR.match(message) is not None
+
+
+async def _replayed(response: httpx.Response) -> AsyncIterator[str]:
+    """A whole Chat Completions answer as the data of one stream chunk (the deltas are the message), then
+    ``[DONE]``; a body that is neither an answer nor an error object becomes data that is not JSON, so
+    the stream reports it as malformed."""
+    raw = await response.aread()
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict) or not isinstance(payload.get("choices", payload.get("error")), (list, dict)):
+        yield f"(not a Chat Completions answer) {raw.decode(errors='replace')}"  # never parses: malformed
+        return
+    if isinstance(payload.get("choices"), list):
+        choices = []
+        for choice in payload["choices"]:
+            if not isinstance(choice, dict):
+                choices.append(choice)
+                continue
+            delta = dict(choice.get("message") or {})
+            calls = delta.get("tool_calls")
+            if isinstance(calls, list):
+                delta["tool_calls"] = [_indexed_call(call, i) for i, call in enumerate(calls)]
+            choices.append({"index": choice.get("index", 0), "delta": delta,
+                            "finish_reason": choice.get("finish_reason")})
+        payload = {**payload, "object": "chat.completion.chunk", "choices": choices}
+    yield json.dumps(payload)
+    yield "[DONE]"
+
+
+def _indexed_call(call: Any, index: int) -> Any:
+    if not isinstance(call, dict):
+        return call
+    function = dict(call.get("function") or {})
+    if isinstance(function.get("arguments"), (dict, list)):
+        function["arguments"] = json.dumps(function["arguments"], ensure_ascii=False)
+    return {**call, "index": index, "function": function}
 
 
 async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:

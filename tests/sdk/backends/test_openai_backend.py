@@ -26,7 +26,10 @@ from parley.protocol import (
     Message,
     MessageEnd,
     ReasoningDelta,
+    Role,
     TextDelta,
+    ToolCall,
+    ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
     ToolSpec,
@@ -261,3 +264,104 @@ def test_request_settings_reach_the_body_where_the_flavor_has_them() -> None:
     vllm = backend.build_body(request, "vllm")
     assert vllm["parallel_tool_calls"] is False and vllm["top_k"] == 7
     assert "top_k" not in backend.build_body(request, "openai")  # OpenAI's API has no top_k
+
+
+# -- the llamacpp dialect: what llama-cpp-python's server (tests/sdk/backends/test_llamacpp_server.py) showed --
+def _llamacpp(server: FakeServer, **kwargs: Any) -> OpenAIBackend:
+    return _backend(server, model="smollm2", flavor="llamacpp", **kwargs)
+
+
+async def test_llamacpp_flavor_fields(server: FakeServer) -> None:
+    server.queue(Reply(body=_completion({"content": "{\"a\": \"x\"}"})))
+    backend = _llamacpp(server)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    call = Message(role=Role.ASSISTANT, parts=[ToolCall(id="call_1", name="get_weather", arguments="{}")])
+    await backend.generate(_request(
+        Message.user("x"), call, Message.tool("call_1", "get_weather", "22°C"), tools=[WEATHER],
+        output_schema=schema, tenant="acme", cache=CachePolicy(prompt_cache_key="k1"),
+        sampling=SamplingSettings(max_tokens=16, top_k=5)))
+    sent = server.requests[0].body
+    # max_completion_tokens is ignored by llama.cpp (it generated to the end of the context).
+    assert sent["max_tokens"] == 16 and "max_completion_tokens" not in sent and sent["top_k"] == 5
+    # json_schema is refused; json_object with a schema is compiled to a grammar (the schema as given).
+    assert sent["response_format"] == {"type": "json_object", "schema": schema}
+    # No tenant or cache-key fields: the server has none.
+    assert not {"safety_identifier", "cache_salt", "prompt_cache_key"} & set(sent)
+    # A tool-call turn goes back with "" content: null is refused, and its templates read the key.
+    assert sent["messages"][1]["content"] == "" and sent["messages"][1]["tool_calls"][0]["id"] == "call_1"
+    assert OpenAIBackend("m", api_key="k").build_body(_request(Message.user("x"), call,
+                                                                Message.tool("call_1", "get_weather", "ok")),
+                                                       "openai")["messages"][1]["content"] is None
+
+
+def test_llamacpp_rejects_reasoning_settings_by_name() -> None:
+    backend = OpenAIBackend("smollm2", api_key="k", flavor="llamacpp")
+    for reasoning, setting in ((Reasoning(effort="low"), "Reasoning.effort"),
+                               (Reasoning(budget_tokens=64), "Reasoning.budget_tokens")):
+        with pytest.raises(ReasoningSettingError, match=f"rejects {setting}: llama.cpp's server has no reasoning"):
+            backend.build_body(_request(Message.user("x"), reasoning=reasoning), "llamacpp")
+    assert "reasoning_effort" not in backend.build_body(_request(Message.user("x"), reasoning=Reasoning()),
+                                                        "llamacpp")
+
+
+@pytest.mark.parametrize("route, reply", [
+    ("/openapi.json", {"openapi": "3.1.0", "info": {"title": "🦙 llama.cpp Python API", "version": "0.3.36"}}),
+    ("/props", {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1}),  # llama.cpp's llama-server
+])
+async def test_auto_flavor_detects_llamacpp(server: FakeServer, route: str, reply: dict[str, Any]) -> None:
+    for path in ("/version", "/get_server_info", "/openapi.json", "/props"):
+        server.routes[path] = Reply(404, {"detail": "Not Found"})
+    server.routes[route] = Reply(body=reply)
+    backend = _backend(server, model="m", flavor="auto")
+    assert await backend.resolve_flavor() == "llamacpp"
+
+
+async def test_auto_flavor_ignores_another_servers_openapi_document(server: FakeServer) -> None:
+    for path in ("/version", "/get_server_info", "/props"):
+        server.routes[path] = Reply(404, {"detail": "Not Found"})
+    server.routes["/openapi.json"] = Reply(body={"openapi": "3.1.0", "info": {"title": "Some Proxy"}})
+    assert await _backend(server, model="m", flavor="auto").resolve_flavor() == "openai"
+
+
+async def test_llamacpp_stream_that_may_call_a_tool_replays_the_whole_answer(server: FakeServer) -> None:
+    # chatml-function-calling cannot stream tool_choice auto/required: the stream closes empty.
+    server.queue(Reply(body=_completion({"content": None, "tool_calls": [TOOL_CALL]}, "tool_calls",
+                                        prompt_tokens=211, completion_tokens=6)))
+    events = await _collect(_llamacpp(server), _request(Message.user("Boston?"), tools=[WEATHER]))
+    sent = server.requests[0].body
+    assert "stream" not in sent and "stream_options" not in sent
+    assert [type(e) for e in events] == [ToolCallStart, ToolCallDelta, ToolCallEnd, MessageEnd, UsageEvent]
+    assert (events[0].id, events[0].name) == ("call_abc123", "get_weather")
+    assert events[2].call.parsed_arguments() == {"location": "Boston, MA"}
+    assert events[3].finish_reason == "tool_calls"
+    assert (events[4].usage.input_tokens, events[4].usage.output_tokens) == (211, 6)  # a replay has real usage
+
+
+async def test_llamacpp_stream_replays_text_and_streams_named_tool_calls(server: FakeServer) -> None:
+    server.queue(Reply(body=_completion({"content": "It is sunny."})), Reply(sse=STREAM))
+    backend = _llamacpp(server)
+    events = await _collect(backend, _request(Message.user("x"), tools=[WEATHER], tool_choice="required"))
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["It is sunny."]
+    events = await _collect(backend, _request(Message.user("x"), tools=[WEATHER],
+                                              tool_choice=NamedToolChoice("get_weather")))
+    assert server.requests[1].body["stream"] is True  # a named call streams on llama.cpp
+    assert len([e for e in events if isinstance(e, ToolCallEnd)]) == 2
+
+
+async def test_llamacpp_replayed_stream_that_is_not_json_is_malformed(server: FakeServer) -> None:
+    server.queue(Reply(body="not json", headers={"content-type": "text/plain"}))
+    with pytest.raises(MalformedStreamError):
+        await _collect(_llamacpp(server), _request(Message.user("x"), tools=[WEATHER]))
+
+
+async def test_llamacpp_validation_error_500_is_a_bad_request_and_not_retried(server: FakeServer) -> None:
+    error = {"error": {"message": "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
+                                  "'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}",
+                       "type": "internal_server_error", "param": None, "code": None}}
+    server.queue(Reply(500, error))
+    with pytest.raises(BadRequestError, match="validation error") as info:
+        await _llamacpp(server).generate(_request(Message.user("x")))
+    assert len(server.requests) == 1 and not info.value.retryable and info.value.status_code == 500
+    server.queue(Reply(500, {"error": {"message": "CUDA out of memory", "type": "internal_server_error"}}),
+                 Reply(body=_completion({"content": "ok"})))
+    assert (await _llamacpp(server).generate(_request(Message.user("x")))).messages[0].text == "ok"  # retried
