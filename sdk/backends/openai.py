@@ -30,7 +30,8 @@ the counts). Tool calls need a server chat format that has them (``--chat_format
 chatml-function-calling``, or ``functionary`` with its own models); ``chatml-function-calling``
 cannot stream a turn where the model chooses whether to call a tool (``tool_choice`` auto or
 required: the stream closes empty), so `stream` asks for such a llama.cpp turn whole and replays it
-as events (with its usage).
+as events (with its usage). That format's template HTML-escapes what it renders (``"`` in earlier
+tool-call arguments and results reaches the model as ``&#34;``), which a small model may copy.
 
 ``CachePolicy.prompt_cache_key`` becomes ``prompt_cache_key``; streams ask for
 ``stream_options.include_usage`` so usage arrives in the last chunk. Tool-call deltas are assembled
