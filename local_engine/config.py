@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from parley.local_engine.errors import EngineConfigError, InvalidRequestError
 
-QUANTIZATIONS: tuple[str, ...] = ("int8",)
+QUANTIZATIONS: tuple[str, ...] = ("int8", "q4", "q8")
 """`EngineConfig.quantization` values (quant.py implements them; this module stays torch-free)."""
 SPECULATION_METHODS: tuple[str, ...] = ("ngram",)
 """`EngineConfig.speculation` values (speculative.py)."""
@@ -32,10 +32,12 @@ class EngineConfig:
     - `enable_prefix_caching`: reuse full KV blocks across requests with the same hash chain.
     - `num_threads`: torch intra-op threads on CPU (None = every core this process may use).
     - `quantization`: how layer weights are stored and run: None (the engine's dtype) or "int8" (weight-only
-      per-channel int8 through fbgemm's dynamic-int8 linear, CPU fp32 only; see quant.py). Part of the model
-      identity, so prefix-cached KV is never shared across modes.
-    - `quantize_lm_head`: with `quantization`, run the LM head (and tied embedding's matrix) quantised too;
-      off by default (the output side is the sensitive matrix).
+      per-channel int8 through fbgemm's dynamic-int8 linear, CPU fp32 only; see quant.py), "q4" (4-bit groups of
+      32 with scale and minimum, GGUF Q4_0/Q4_1 blocks loaded as they are) or "q8" (8-bit groups of 32, GGUF
+      Q8_0), both through parley's own C++ kernel (quant4.py). Part of the model identity, so prefix-cached KV
+      is never shared across modes.
+    - `quantize_lm_head`: with `quantization`, run the LM head (and tied embedding's matrix) quantised too
+      (int8: per channel; q4 and q8: 8-bit groups); off by default (the output side is the sensitive matrix).
     - `speculation`: None or "ngram": prompt-lookup drafts verified in one forward (speculative.py). Tokens are
       those of plain decoding (greedy, and seeded sampling draw for draw); it pauses itself per request when
       few drafts are accepted.

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from parley.local_engine import loader
-from parley.local_engine.block_manager import BlockManager
+from parley.local_engine.block_manager import BlockManager, release_window
 from parley.local_engine.config import EngineConfig, SamplingParams
 from parley.local_engine.errors import (
     AdmissionError,
@@ -38,7 +38,7 @@ from parley.local_engine.hooks import ComposedHook, TokenHook
 from parley.local_engine.models import registry
 from parley.local_engine.models.decoder import DecoderModel
 from parley.local_engine.outputs import GenerationOutput, StreamDelta, TokenLogprob
-from parley.local_engine.quant import calibration_ids, check_quantization, int8_unavailable_reason
+from parley.local_engine.quant import calibration_ids, check_quantization, quantization_unavailable_reason
 from parley.local_engine.runner import CausalLM, ModelRunner
 from parley.local_engine.sampler import Sampler
 from parley.local_engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
@@ -131,7 +131,8 @@ class Engine:
         if num_blocks is None:
             num_blocks = max(cfg.kv_cache_bytes // (model.kv_bytes_per_token() * cfg.block_size), 4)
         self.block_manager = BlockManager(
-            num_blocks, cfg.block_size, model_identity=model_id, enable_prefix_caching=cfg.enable_prefix_caching
+            num_blocks, cfg.block_size, model_identity=model_id, enable_prefix_caching=cfg.enable_prefix_caching,
+            window=release_window(getattr(model, "attention_windows", None)),  # all-windowed: blocks freed early
         )
         self.scheduler = Scheduler(
             self.block_manager,
@@ -184,7 +185,7 @@ class Engine:
         """Load a model: None = the embedded SmolLM2, else a .gguf file or a HF folder of a family that
         `models.registry.MODEL_TYPES` lists (Llama, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, gpt-oss).
 
-        `quantization` ("int8", CPU fp32; see quant.py) overrides `config.quantization`.
+        `quantization` ("int8", "q4" or "q8"; CPU fp32; see quant.py, quant4.py) overrides `config.quantization`.
 
         Errors are `ParleyError`s: `ModelNotFoundError` (nothing local to load), `ModelLoadError` (unreadable
         files, an unsupported architecture or config field, missing, misshapen or unused weights),
@@ -196,12 +197,18 @@ class Engine:
         if quantization is not None:
             config = dataclasses.replace(config, quantization=check_quantization(quantization, field="quantization"))
         if config.quantization is not None:
-            why = int8_unavailable_reason(dev, dt)
+            why = quantization_unavailable_reason(config.quantization, dev, dt)
             if why is not None:
                 raise EngineConfigError(f"quantization={config.quantization!r} cannot run here: {why}")
         files = loader.resolve(model)
         family, arch = registry.architecture(loader.load_config(files.folder))
         state = loader.load_state_dict(files.folder)
+        if config.quantization in ("q4", "q8") and files.source.suffix == ".gguf":
+            from parley.local_engine.gguf_weights import overlay
+
+            # the file's Q4_x / Q8_0 layer blocks replace their dequantised copies (gguf_weights.py)
+            overlay(files.source, state, config.quantization, num_heads=arch.num_heads,
+                    num_kv_heads=arch.num_kv_heads)
         # Weights are checked before the tokenizer is read (a bad tensor is named, whatever the tokenizer);
         # only a quantized load needs it first, for its calibration prompt.
         tokenizer = loader.load_tokenizer(files.folder) if config.quantization is not None else None

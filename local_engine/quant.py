@@ -307,9 +307,23 @@ def calibrate(model: Any, ids: list[int] | None = None, *, num_tokens: int = CAL
         g.finish()
 
 
-def make_gemm(device: torch.device, dtype: torch.dtype, quantization: str | None) -> Gemm:
-    """The GEMM for weights under `quantization` (None: `WeightGemm`, fp32 oneDNN / torch.mm)."""
+def quantization_unavailable_reason(scheme: str, device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why `quantization=scheme` cannot run here (None: it can; q4/q8 without a compiler still run, dequantised)."""
+    from parley.local_engine.quant4 import GROUP_SCHEMES, group_unavailable_reason
+
+    if scheme in GROUP_SCHEMES:
+        return group_unavailable_reason(scheme, device, dtype)
+    return int8_unavailable_reason(device, dtype)
+
+
+def make_gemm(device: torch.device, dtype: torch.dtype, quantization: str | None, *, head: bool = False) -> Gemm:
+    """The GEMM for weights under `quantization` (None: `WeightGemm`, fp32 oneDNN / torch.mm). `head`: the LM
+    head's, which in q4 mode runs 8-bit groups (4 bits on the output side cost far more, quant4.py)."""
     scheme = check_quantization(quantization, field="quantization")
     if scheme is None:
         return WeightGemm(device, dtype)
+    if scheme in ("q4", "q8"):
+        from parley.local_engine.quant4 import GroupGemm
+
+        return GroupGemm(device, dtype, bits=8 if head or scheme == "q8" else 4)
     return Int8Gemm(device, dtype)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -39,11 +39,19 @@ from parley.local_engine.models.layers import Checkpoint, rms_normalize, rms_nor
 from parley.local_engine.models.moe import MoeMlp, MoeWeights
 from parley.local_engine.models.rope import RotaryTables, interleave_rope_rows
 from parley.local_engine.quant import calibrate, check_quantization, make_gemm
+from parley.local_engine.quant4 import RowQuant, cat_rows, scale_columns
 from parley.local_engine.threads import mkl_set_num_threads_local, omp_set_num_threads
 
 
 def _noop(_: int) -> None:
     return None
+
+
+def _interleave_rows(w: Any, heads: int, head_dim: int) -> Any:
+    """`interleave_rope_rows` for a dense weight or for a GGUF's blocks (their rows reindexed)."""
+    if isinstance(w, RowQuant):
+        return w.rows(interleave_rope_rows(torch.arange(w.shape[0]), heads, head_dim))
+    return interleave_rope_rows(w, heads, head_dim)
 
 
 @dataclass
@@ -99,7 +107,8 @@ class DecoderModel:
         # Weight matrices exist only in the form the GEMM kernel takes (see gemm.py); no dense copies are kept,
         # except the embedding table, which the LM head may share (tied) but is looked up densely.
         self.gemm: Gemm = make_gemm(device, dtype, self.quantization)
-        self.head_gemm: Gemm = make_gemm(device, dtype, self.quantization if self.quantize_lm_head else None)
+        self.head_gemm: Gemm = make_gemm(device, dtype, self.quantization if self.quantize_lm_head else None,
+                                         head=True)
         self.q_size = arch.num_heads * arch.head_dim
         self.kv_size = arch.num_kv_heads * arch.head_dim
         self.scale = 1.0 / math.sqrt(arch.head_dim)
@@ -148,8 +157,10 @@ class DecoderModel:
     def _put(self, w: torch.Tensor) -> torch.Tensor:
         return w.to(device=self.device, dtype=self.dtype).contiguous()
 
-    def _prep(self, w: torch.Tensor) -> torch.Tensor:
-        return self.gemm.prepare(self._put(w))
+    def _prep(self, w: Any) -> torch.Tensor:
+        """`w` (a tensor, or a `RowQuant` of a GGUF's blocks in q4/q8 mode) in the GEMM's prepared form."""
+        ready: Any = w if isinstance(w, RowQuant) else self._put(w)
+        return self.gemm.prepare(ready)
 
     def _load_layer(self, ck: Checkpoint, i: int) -> LayerWeights:
         a = self.arch
@@ -164,7 +175,7 @@ class DecoderModel:
             kb = ck.take(p + "self_attn.k_proj.bias", (KVH * D,))
             vb = ck.take(p + "self_attn.v_proj.bias", (KVH * D,))
         if self.complex_rope:  # rows (and biases, norm weights) to the adjacent-pairs layout RoPE runs in
-            q, k = interleave_rope_rows(q, H, D), interleave_rope_rows(k, KVH, D)
+            q, k = _interleave_rows(q, H, D), _interleave_rows(k, KVH, D)
             if a.qkv_bias:
                 qb, kb = interleave_rope_rows(qb, H, D), interleave_rope_rows(kb, KVH, D)
         if a.qkv_bias:
@@ -185,7 +196,7 @@ class DecoderModel:
         ln2 = ck.take(p + "post_attention_layernorm.weight", (hidden,))
         windows = a.layer_windows
         layer = LayerWeights(
-            qkv=self._prep(torch.cat([q, k, v]) * ln1), qkv_bias=bias, o=self._prep(o), o_bias=o_bias,
+            qkv=self._prep(scale_columns(cat_rows([q, k, v]), ln1)), qkv_bias=bias, o=self._prep(o), o_bias=o_bias,
             qk_norm=qk_norm, sinks=sinks, window=windows[i] if windows else None,
             gate_up=None, gate_up_bias=None, down=None, down_bias=None, moe=None,
         )
@@ -193,9 +204,9 @@ class DecoderModel:
             layer.moe = self._load_moe(ck, p + "mlp.", ln2)
             return layer
         inter = a.intermediate_size
-        gate_up = torch.cat([ck.take(p + "mlp.gate_proj.weight", (inter, hidden)),
-                             ck.take(p + "mlp.up_proj.weight", (inter, hidden))])
-        layer.gate_up = self._prep(gate_up * ln2)
+        gate_up = cat_rows([ck.take(p + "mlp.gate_proj.weight", (inter, hidden)),
+                            ck.take(p + "mlp.up_proj.weight", (inter, hidden))])
+        layer.gate_up = self._prep(scale_columns(gate_up, ln2))
         layer.down = self._prep(ck.take(p + "mlp.down_proj.weight", (hidden, inter)))
         if a.mlp_bias:
             layer.gate_up_bias = self._put(torch.cat([ck.take(p + "mlp.gate_proj.bias", (inter,)),

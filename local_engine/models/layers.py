@@ -74,7 +74,8 @@ class Checkpoint:
         t = self.raw(name)
         if tuple(t.shape) != shape:
             raise ModelLoadError(f"weight {name!r} has shape {tuple(t.shape)}; config.json implies {shape}")
-        return t if as_stored else t.to(dtype=torch.float32)
+        # a non-tensor is already in a kernel's form (quant4.RowQuant: a GGUF's blocks), passed through as is
+        return t if as_stored or not isinstance(t, torch.Tensor) else t.to(dtype=torch.float32)
 
     def skip(self, name: str) -> None:
         """Mark `name` as deliberately unused (e.g. an LM head identical to the tied embedding)."""

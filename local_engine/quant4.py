@@ -1,0 +1,317 @@
+"""Group-wise quantised weights executed quantised: `EngineConfig(quantization="q4")` and `"q8"`.
+
+**q4** — 4-bit weights in groups of 32 input channels, each group with an fp16 scale and minimum
+(w = d * q + m, q in 0..15): GGUF's Q4_1 layout; GGUF Q4_0 blocks (w = d * (q - 8)) are the same with
+m = -8 d (exact in fp16). **q8** — 8-bit weights in groups of 32 with an fp16 scale (w = d * q, q in
+-127..127): GGUF's Q8_0. Both run through our own C++ kernel (`q4_kernel.py`, which says why no maintained
+PyTorch kernel fits): activations quantised to int8 per group of 32 on the fly, integer dot products with
+AVX-512 VNNI, per-group fp32 rescaling. Results are deterministic and bitwise batch invariant.
+
+Where the weights come from:
+- a GGUF file's Q4_0 / Q4_1 / Q8_0 tensors are read as raw blocks (`gguf.GGUFReader`) and repacked (integer
+  nibble shuffles, fp16 scales copied) into the kernel's layout, no fp32 round trip (`gguf_weights`); a
+  Q4_x tensor stays 4-bit in q8 mode (requantising cannot add precision), a Q8_0 tensor in q4 mode is
+  requantised to 4 bits (what q4 asks for);
+- any other tensor (HF safetensors, GGUF F16/F32/K-quants, which the loader dequantises) is quantised at
+  load: q4 with min/max per group (Q4_1's rule), q8 with max |w| / 127 per group (Q8_0's).
+
+The decoder folds each RMSNorm weight into the columns of the matrix after it; on quantised blocks that
+would need requantising, so a quantised weight carries it as `col_scale`, which the kernel multiplies into
+the activation before quantising it (free: the activation is read once anyway).
+
+The LM head (tied to the embedding in SmolLM2) stays fp32 by default (the seed document: 4-bit on the output
+side took perplexity from 61 to 8,123). With `quantize_lm_head` it runs in the 8-bit group layout, in q4
+mode too: measured on SmolLM2, a 4-bit head costs far more perplexity than all the 4-bit layers together
+(benchmarks/engine_vs_llamacpp.py prints the three figures).
+
+Without a working C++ compiler (or if the build fails) the engine warns once and runs the same quantised
+values dequantised to fp32 through the ordinary GEMM: same weights, fp32 speed, never a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+
+from parley.local_engine.errors import EngineConfigError
+from parley.local_engine.models.gemm import WeightGemm
+
+GROUP = 32
+TILE = 16
+GROUP_SCHEMES: tuple[str, ...] = ("q4", "q8")
+EXTENSION_NAME = "parley_group_gemm_v1"
+
+
+# ---------------------------------------------------------------- row-major quantised weights
+@dataclass
+class RowQuant:
+    """A weight `[out, in]` quantised per group of 32 along `in`, rows in order (concatenated, permuted and
+    column-scaled freely at load, then packed for the kernel).
+
+    bits 4: `q` uint8 `[out, in]` in 0..15, `m` fp16 `[out, in / 32]` (w = d q + m);
+    bits 8: `q` int8 `[out, in]` in -127..127, `m` None (w = d q). `d` fp16 `[out, in / 32]`.
+    `col_scale` fp32 `[in]` or None: the effective weight is w * col_scale (a folded norm weight)."""
+
+    bits: int
+    q: torch.Tensor
+    d: torch.Tensor
+    m: torch.Tensor | None = None
+    col_scale: torch.Tensor | None = None
+    source: str = field(default="float")  # "gguf:Q4_1", ... or "float" (quantised at load)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.q.shape[0]), int(self.q.shape[1]))
+
+    def dequantize(self) -> torch.Tensor:
+        """fp32 `[out, in]` (col_scale included): what the kernel's weights mean."""
+        n, k = self.shape
+        q = self.q.to(torch.float32).view(n, k // GROUP, GROUP)
+        w = q * self.d.to(torch.float32)[:, :, None]
+        if self.m is not None:
+            w = w + self.m.to(torch.float32)[:, :, None]
+        w = w.view(n, k)
+        return w if self.col_scale is None else w * self.col_scale
+
+    def rows(self, index: torch.Tensor) -> RowQuant:
+        m = None if self.m is None else self.m[index]
+        return RowQuant(self.bits, self.q[index], self.d[index], m, self.col_scale, self.source)
+
+    def scale_columns(self, v: torch.Tensor) -> RowQuant:
+        v = v.detach().to(torch.float32)
+        cs = v if self.col_scale is None else self.col_scale * v
+        return RowQuant(self.bits, self.q, self.d, self.m, cs.contiguous(), self.source)
+
+
+def cat_rows(parts: list[Any]) -> Any:
+    """`torch.cat(parts)` for tensors; for `RowQuant`s of one kind and column scale, their rows stacked."""
+    if not any(isinstance(p, RowQuant) for p in parts):
+        return torch.cat(parts)
+    qs = [p if isinstance(p, RowQuant) else None for p in parts]
+    first = qs[0]
+    same = first is not None and all(
+        p is not None and p.bits == first.bits and (p.m is None) == (first.m is None)
+        and _same_scale(p.col_scale, first.col_scale) for p in qs
+    )
+    if not same or first is None:  # mixed: quantise the float ones alike (rare: a GGUF with mixed types)
+        return torch.cat([p.dequantize() if isinstance(p, RowQuant) else p for p in parts])
+    ms = [p.m for p in qs if p is not None and p.m is not None]
+    return RowQuant(first.bits, torch.cat([p.q for p in qs if p is not None]),
+                    torch.cat([p.d for p in qs if p is not None]), torch.cat(ms) if ms else None,
+                    first.col_scale, first.source)
+
+
+def _same_scale(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+
+
+def scale_columns(w: Any, v: torch.Tensor) -> Any:
+    """`w * v` (v broadcast over rows) for a tensor; a `RowQuant` records it as its column scale."""
+    return w.scale_columns(v) if isinstance(w, RowQuant) else w * v
+
+
+def quantize_q4(weight: torch.Tensor) -> RowQuant:
+    """Q4_1's rule per group of 32: d = (max - min) / 15, m = min (both fp16), q = round((w - m) / d)."""
+    w = weight.detach().to(torch.float32)
+    n, k = w.shape
+    g = w.reshape(n, k // GROUP, GROUP)
+    lo, hi = g.amin(dim=2), g.amax(dim=2)
+    d = ((hi - lo) / 15.0).to(torch.float16)
+    m = lo.to(torch.float16)
+    d32, m32 = d.to(torch.float32), m.to(torch.float32)
+    inv = torch.where(d32 > 0, 1.0 / d32, torch.zeros_like(d32))
+    q = torch.round((g - m32[:, :, None]) * inv[:, :, None]).clamp_(0, 15).to(torch.uint8)
+    return RowQuant(4, q.reshape(n, k), d, m)
+
+
+def quantize_q8(weight: torch.Tensor) -> RowQuant:
+    """Q8_0's rule per group of 32: d = max |w| / 127 (fp16), q = round(w / d)."""
+    w = weight.detach().to(torch.float32)
+    n, k = w.shape
+    g = w.reshape(n, k // GROUP, GROUP)
+    d = (g.abs().amax(dim=2) / 127.0).to(torch.float16)
+    d32 = d.to(torch.float32)
+    inv = torch.where(d32 > 0, 1.0 / d32, torch.zeros_like(d32))
+    q = torch.round(g * inv[:, :, None]).clamp_(-127, 127).to(torch.int8)
+    return RowQuant(8, q.reshape(n, k), d)
+
+
+# ---------------------------------------------------------------- GGUF blocks
+_BLOCKS = {  # type name -> (bytes per block of 32, has a minimum)
+    "Q4_0": (18, False),
+    "Q4_1": (20, True),
+    "Q8_0": (34, False),
+}
+
+
+def decode_gguf_blocks(type_name: str, raw: np.ndarray, shape: tuple[int, int]) -> RowQuant:
+    """A GGUF tensor's raw block bytes (`uint8 [rows, bytes per row]`, as `GGUFReader` gives them) as a
+    `RowQuant` of `shape` `(rows, in)`, copying scales and unpacking nibbles (no fp32 on the way).
+
+    Block layouts (llama.cpp's ggml-common.h, little endian): Q4_0 {fp16 d; u8 qs[16]}, w = d (q - 8);
+    Q4_1 {fp16 d; fp16 m; u8 qs[16]}, w = d q + m; Q8_0 {fp16 d; i8 qs[32]}, w = d q. In a 4-bit block byte j
+    holds element j in its low nibble and element j + 16 in its high nibble."""
+    if type_name not in _BLOCKS:
+        raise ValueError(f"GGUF type {type_name} has no direct layout here")
+    size, has_min = _BLOCKS[type_name]
+    n, k = shape
+    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(n, k // GROUP, size)
+    d = torch.from_numpy(np.ascontiguousarray(blocks[:, :, 0:2]).view(np.float16)[:, :, 0].copy())
+    if type_name == "Q8_0":
+        q = torch.from_numpy(np.ascontiguousarray(blocks[:, :, 2:]).view(np.int8).reshape(n, k).copy())
+        return RowQuant(8, q, d, source="gguf:Q8_0")
+    start = 4 if has_min else 2
+    packed = torch.from_numpy(np.ascontiguousarray(blocks[:, :, start:]))  # [n, G, 16]
+    q = torch.cat([packed & 0x0F, packed >> 4], dim=2).reshape(n, k)  # elements 0..15, then 16..31
+    if has_min:
+        m = torch.from_numpy(np.ascontiguousarray(blocks[:, :, 2:4]).view(np.float16)[:, :, 0].copy())
+    else:
+        m = d * -8.0  # exact: a power-of-two multiple of an fp16 value (finite for any real scale)
+    return RowQuant(4, q.contiguous(), d, m, source=f"gguf:{type_name}")
+
+
+# ---------------------------------------------------------------- packing for the kernel
+@dataclass
+class GroupWeight:
+    """One weight as `GroupGemm` runs it: the kernel's tiles, or (no compiler) a dense fp32 fallback."""
+
+    out_features: int
+    in_features: int
+    bits: int
+    qs: torch.Tensor | None  # uint8 [T, G, 256 | 512]
+    d: torch.Tensor | None  # fp16 [T, G, 16]
+    m: torch.Tensor | None  # fp16 [T, G, 16] (4-bit) or empty
+    col_scale: torch.Tensor  # fp32 [in] or empty
+    dense: Any = None  # the fallback's prepared fp32 weight (WeightGemm form)
+    source: str = "float"
+
+
+def pack(w: RowQuant) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(qs, d, m) in the kernel's tile layout (q4_kernel.py); rows padded with zeros to a multiple of 16."""
+    n, k = w.shape
+    G = k // GROUP
+    T = -(-n // TILE)
+    pad = T * TILE - n
+    q, d, m = w.q, w.d, w.m
+    if pad:
+        q = torch.cat([q, torch.zeros(pad, k, dtype=q.dtype)])
+        d = torch.cat([d, torch.zeros(pad, G, dtype=d.dtype)])
+        m = None if m is None else torch.cat([m, torch.zeros(pad, G, dtype=m.dtype)])
+    if w.bits == 4:
+        v = q.view(T, TILE, G, 4, 2, 4)  # (tile, row, group, chunk, low/high half, byte)
+        byte = v[:, :, :, :, 0, :] | (v[:, :, :, :, 1, :] << 4)  # (T, row, G, chunk, byte)
+        qs = byte.permute(0, 2, 3, 1, 4).reshape(T, G, 256)
+    else:
+        u = (q.to(torch.int16) + 128).to(torch.uint8).view(T, TILE, G, 8, 4)
+        qs = u.permute(0, 2, 3, 1, 4).reshape(T, G, 512)
+    dt = d.view(T, TILE, G).permute(0, 2, 1).contiguous()
+    mt = torch.empty(0, dtype=torch.float16) if m is None else m.view(T, TILE, G).permute(0, 2, 1).contiguous()
+    return qs.contiguous(), dt, mt
+
+
+# ---------------------------------------------------------------- the extension
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def compiler() -> str | None:
+    """The C++ compiler torch's extension builder will call (`$CXX`, else `c++`), if it is on PATH."""
+    return shutil.which(os.environ.get("CXX", "c++"))
+
+
+def _build() -> Any:
+    from torch.utils.cpp_extension import load_inline
+
+    from parley.local_engine.q4_kernel import FUNCTIONS, SOURCE
+
+    # cached by torch under $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), rebuilt when SOURCE changes
+    return load_inline(name=EXTENSION_NAME, cpp_sources=[SOURCE], functions=FUNCTIONS,
+                       extra_cflags=["-O3", "-ffp-contract=off"], verbose=False)
+
+
+@lru_cache(maxsize=1)
+def kernel_module() -> tuple[Any, str]:
+    """(the compiled extension, "") or (None, why it is unavailable). Built once per machine and cached;
+    loaded once per process."""
+    if compiler() is None:
+        return None, f"no C++ compiler ({os.environ.get('CXX', 'c++')}) on PATH"
+    try:
+        ext = _build()
+        probe = torch.ones(1, GROUP)
+        rq = quantize_q8(torch.ones(TILE, GROUP))
+        qs, d, m = pack(rq)
+        got = ext.group_gemm(probe, qs, d, m, torch.empty(0), 8, True)
+        if not torch.allclose(got, torch.full((1, TILE), float(GROUP)), rtol=1e-3):  # fp16 scale 1/127: ~1e-4
+            return None, f"the built kernel computed {got[0, :2].tolist()} for a probe whose answer is {GROUP}"
+        return ext, ""
+    except Exception as exc:  # noqa: BLE001 - compiler errors, missing headers, ninja, ...: fall back, never crash
+        first = str(exc).strip().splitlines()
+        return None, f"building the C++ kernel failed: {first[0] if first else type(exc).__name__}"
+
+
+def group_unavailable_reason(scheme: str, device: torch.device, dtype: torch.dtype) -> str | None:
+    if device.type != "cpu":
+        return f"quantization={scheme!r} runs on CPU; device is {device.type!r}"
+    if dtype != torch.float32:
+        name = str(dtype).removeprefix("torch.")
+        return f"quantization={scheme!r} needs dtype float32 (activations stay fp32); got {name}"
+    return None
+
+
+class GroupGemm:
+    """`Gemm` over group-quantised weights (4- or 8-bit, group 32): `prepare(W | RowQuant)`, then
+    `gemm(x, prepared, bias)`. A float weight is quantised with `bits`; a `RowQuant` keeps its own bits."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, *, bits: int = 4, use_simd: bool = True) -> None:
+        why = group_unavailable_reason(f"q{bits}", device, dtype)
+        if why is not None:
+            raise EngineConfigError(why)
+        if bits not in (4, 8):
+            raise ValueError(f"bits must be 4 or 8, got {bits}")
+        self.bits = bits
+        self.use_simd = use_simd
+        self.ext, why = kernel_module()
+        if self.ext is None:
+            _warn_once(f"parley: the group-quantised kernel is unavailable ({why}); quantization='q{bits}' runs "
+                       "its quantised weights dequantised to fp32 (same values, fp32 speed)")
+            self._dense = WeightGemm(device, dtype)
+            self.kernel = f"q{bits}-dequantized-fp32"
+        else:
+            simd = bool(self.ext.simd_available()) and use_simd
+            self.kernel = f"parley-group{GROUP}-{'avx512vnni' if simd else 'scalar'}"
+
+    def prepare(self, weight: torch.Tensor | RowQuant) -> GroupWeight:
+        rq = weight if isinstance(weight, RowQuant) else (quantize_q4 if self.bits == 4 else quantize_q8)(weight)
+        n, k = rq.shape
+        if k % GROUP:
+            raise ValueError(f"a group-quantised weight needs in_features divisible by {GROUP}, got {k}")
+        cs = torch.empty(0) if rq.col_scale is None else rq.col_scale.contiguous()
+        if self.ext is None:
+            dense = self._dense.prepare(rq.dequantize().contiguous())
+            return GroupWeight(n, k, rq.bits, None, None, None, cs, dense=dense, source=rq.source)
+        qs, d, m = pack(rq)
+        return GroupWeight(n, k, rq.bits, qs, d, m, cs, source=rq.source)
+
+    def __call__(self, x: torch.Tensor, prepared: GroupWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+        w = prepared
+        if w.dense is not None:
+            out = self._dense(x, w.dense, bias)
+            return out
+        out = self.ext.group_gemm(x, w.qs, w.d, w.m, w.col_scale, w.bits, self.use_simd)
+        if out.shape[1] != w.out_features:
+            out = out[:, : w.out_features].contiguous()
+        if bias is not None:
+            out.add_(bias)
+        return out
