@@ -10,6 +10,12 @@ Free blocks live in one LRU order: unhashed blocks are reused first, cached (has
 oldest-first, and a cached block freed by its last user keeps its hash until reused ("revived"
 otherwise). At lookup, at most `(prompt_len - 1) // block_size` blocks can hit, so the last prompt
 token is always computed (its logits are needed). Counters are monotonic, in tokens.
+
+A model whose every layer attends through a sliding window (`window`: the widest) never reads again a block
+that lies wholly before the window of a sequence's next token: `release_outside_window` returns such blocks
+to the pool as the sequence advances (its table keeps `FREED` in their place, so positions still index it).
+A released block keeps its hash only while its keys/values are intact: it waits in the free list like any
+cached block and loses its hash when reused, so a later request never reads overwritten KV as a prefix.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from parley.local_engine.sequence import Sequence
+
+FREED = -1
+"""A block-table entry whose block was released because no later token of the sequence reads it."""
 
 
 @dataclass
@@ -46,11 +55,19 @@ def extra_key(model_identity: str, tenant: str | None) -> bytes:
     return b"".join(len(p).to_bytes(4, "little") + p for p in parts)
 
 
+def release_window(windows: tuple[int | None, ...] | None) -> int | None:
+    """The window past which a model's blocks may be released: the widest when every layer has one, else None."""
+    if not windows or any(w is None for w in windows):
+        return None
+    return max(w for w in windows if w is not None)
+
+
 class BlockManager:
     """Allocates KV blocks to sequences and keeps the prefix cache."""
 
     def __init__(
-        self, num_blocks: int, block_size: int, *, model_identity: str = "", enable_prefix_caching: bool = True
+        self, num_blocks: int, block_size: int, *, model_identity: str = "", enable_prefix_caching: bool = True,
+        window: int | None = None,
     ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be >= 1")
@@ -64,6 +81,9 @@ class BlockManager:
         self.prefix_cache_queries = 0  # prompt tokens looked up
         self.prefix_cache_hits = 0  # prompt tokens served from cache
         self.evictions = 0  # cached blocks overwritten for reuse
+        self.window = window
+        """Every layer's attention window (the widest), or None when some layer attends to everything."""
+        self.window_blocks_freed = 0  # blocks returned early: wholly outside every layer's window
 
     # ------------------------------------------------------------------ hashing
     def _ensure_hashes(self, seq: Sequence, num_full_blocks: int) -> None:
@@ -95,6 +115,13 @@ class BlockManager:
 
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
+
+    def blocks_to_hold(self, num_tokens: int, max_chunk: int) -> int:
+        """The most blocks a sequence of `num_tokens` holds at once, fed at most `max_chunk` tokens a step
+        (with a `window`: the window before a chunk's first token, the chunk, and one block of misalignment)."""
+        if self.window is None:
+            return self.blocks_needed(num_tokens)
+        return min(self.blocks_needed(num_tokens), self.blocks_needed(self.window - 1 + max_chunk) + 1)
 
     def can_admit(self, seq: Sequence, hits: list[int], num_new_tokens: int) -> bool:
         """Whether claiming `hits` and allocating room for `num_new_tokens` more tokens fits in the pool."""
@@ -153,6 +180,8 @@ class BlockManager:
         full = min(seq.num_computed_tokens // bs, len(seq.block_table))
         self._ensure_hashes(seq, full)
         for i in range(full):
+            if seq.block_table[i] == FREED:
+                continue
             block = self.blocks[seq.block_table[i]]
             if block.hash is not None:
                 continue
@@ -163,18 +192,41 @@ class BlockManager:
             block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
             self.hash_to_block[h] = block.block_id
 
+    def _release(self, bid: int) -> None:
+        block = self.blocks[bid]
+        block.ref_count -= 1
+        assert block.ref_count >= 0, f"block {bid} ref count went negative"
+        if block.ref_count == 0:
+            self.free[bid] = None  # cached: tail of the LRU (evicted last)
+            if block.hash is None:
+                self.free.move_to_end(bid, last=False)  # uncached: reuse first
+
     def free_sequence(self, seq: Sequence) -> None:
         """Return every block of `seq` at once: leaf blocks first so shared roots are evicted last."""
         for bid in reversed(seq.block_table):
-            block = self.blocks[bid]
-            block.ref_count -= 1
-            assert block.ref_count >= 0, f"block {bid} ref count went negative"
-            if block.ref_count == 0:
-                self.free[bid] = None  # cached: tail of the LRU (evicted last)
-                if block.hash is None:
-                    self.free.move_to_end(bid, last=False)  # uncached: reuse first
+            if bid != FREED:
+                self._release(bid)
         seq.block_table = []
         seq.num_computed_tokens = 0
+
+    def release_outside_window(self, seq: Sequence) -> int:
+        """With a `window`, return the blocks of `seq` wholly before the window of its next token (position
+        `num_computed_tokens`: no later token reads them); how many were released. Call after `commit`."""
+        if self.window is None:
+            return 0
+        dead = min(max(seq.num_computed_tokens - self.window + 1, 0) // self.block_size, len(seq.block_table))
+        first = dead
+        while first > 0 and seq.block_table[first - 1] != FREED:  # back to the ones released before
+            first -= 1
+        for i in range(first, dead):  # oldest first: in the LRU, older cached blocks are evicted first
+            self._release(seq.block_table[i])
+            seq.block_table[i] = FREED
+        self.window_blocks_freed += dead - first
+        return dead - first
+
+    def num_held_blocks(self, seq: Sequence) -> int:
+        """Blocks `seq` holds now (its table less the entries released outside the window)."""
+        return sum(1 for bid in seq.block_table if bid != FREED)
 
     # ------------------------------------------------------------------ figures
     @property
@@ -195,4 +247,5 @@ class BlockManager:
             "prefix_cache_queries": self.prefix_cache_queries,
             "prefix_cache_hits": self.prefix_cache_hits,
             "evictions": self.evictions,
+            "window_blocks_freed": self.window_blocks_freed,
         }

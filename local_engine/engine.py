@@ -257,7 +257,9 @@ class Engine:
         bad = next((t for t in ids if t < 0 or t >= self.vocab_size), None)
         if bad is not None:
             raise InvalidRequestError(f"token id {bad} is out of range [0, {self.vocab_size})")
-        if self.block_manager.blocks_needed(len(ids) + 1) > self.block_manager.num_blocks:
+        if self.block_manager.blocks_to_hold(len(ids) + 1, self.config.max_num_batched_tokens) > (
+            self.block_manager.num_blocks
+        ):
             raise InvalidRequestError(
                 f"prompt of {len(ids)} tokens does not fit the KV pool ({self.block_manager.num_blocks} blocks)"
             )

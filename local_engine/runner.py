@@ -6,8 +6,9 @@ then value heads), so a step allocates only its activations. A token at position
 
 A model with sliding-window layers gets one attention layout per window: a window-W layout gathers only
 positions `p - W + 1 .. p`, so the blocks wholly before a sequence's window are never read by those layers;
-`window_blocks_skipped` counts them (per sequence and step, once per window). They stay allocated: a block
-holds every layer's KV, and full-attention layers (and the prefix cache) still need them.
+`window_blocks_skipped` counts them (per sequence and step, once per window). When some layer attends to
+everything they stay allocated (a block holds every layer's KV); when every layer is windowed the block manager
+releases them (`BlockManager.release_outside_window`), and their table entries (`FREED`) are never read here.
 """
 
 from __future__ import annotations

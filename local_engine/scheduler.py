@@ -204,6 +204,7 @@ class Scheduler:
             # A verified draft's tokens count once accepted (the engine advances them and commits again).
             seq.num_computed_tokens = item.start + (1 if item.draft else item.num_new_tokens)
             self.block_manager.commit(seq)
+            self.block_manager.release_outside_window(seq)  # all-windowed models: blocks no token reads again
 
     def append_token(self, seq: Sequence, token_id: int, eos_token_ids: frozenset[int]) -> str | None:
         """Record a generated token; return the finish reason it causes, if any (the caller finishes it)."""

@@ -127,3 +127,33 @@ def test_prefix_caching_can_be_disabled() -> None:
 def test_bad_pool_sizes_are_rejected(num_blocks: int) -> None:
     with pytest.raises(ValueError):
         BlockManager(num_blocks, BS)
+
+
+def test_a_windowed_manager_releases_blocks_wholly_before_the_next_tokens_window() -> None:
+    from parley.local_engine.block_manager import FREED, release_window
+
+    assert release_window((8, 8)) == 8 and release_window((4, 8)) == 8
+    assert release_window((8, None)) is None and release_window(()) is None and release_window(None) is None
+    bm = BlockManager(16, BS, model_identity="m", window=6)
+    assert bm.blocks_to_hold(1000, 8) == -(-(6 - 1 + 8) // BS) + 1 and bm.blocks_to_hold(5, 8) == 2
+    assert BlockManager(16, BS).blocks_to_hold(1000, 8) == 250
+    a = seq(list(range(100, 114)), rid="a")  # 14 tokens
+    run_prompt(bm, a)  # next token at position 14 sees 9..14: blocks 0 and 1 (positions 0..7) are dead
+    b = seq(list(range(100, 111)), rid="b")  # shares a's first two blocks
+    assert run_prompt(bm, b) == 8
+    used = bm.num_used_blocks
+    assert bm.release_outside_window(a) == 2 and a.block_table[:2] == [FREED, FREED]
+    assert bm.num_used_blocks == used and bm.num_held_blocks(a) == 2  # b still holds the shared two
+    assert bm.release_outside_window(a) == 0  # nothing new is dead
+    assert bm.release_outside_window(b) == 1  # b's next token (11) sees 6..11: only block 0 is dead
+    assert bm.num_used_blocks == used - 1 and bm.window_blocks_freed == 3
+    # Released blocks keep their hashes while untouched: the same prompt hits them again.
+    assert len(bm.lookup(seq(list(range(100, 114)), rid="c"))) == 3
+    bm.commit(a)  # FREED entries are skipped
+    bm.free_sequence(a)
+    bm.free_sequence(b)
+    assert bm.num_used_blocks == 0 and bm.stats()["window_blocks_freed"] == 3
+    # Reused blocks lose their hashes: a lookup never reads overwritten KV.
+    hog = seq(list(range(500, 500 + 16 * BS - 1)), rid="hog")
+    assert bm.allocate(hog, hog.num_tokens)
+    assert bm.lookup(seq(list(range(100, 114)), rid="d")) == []

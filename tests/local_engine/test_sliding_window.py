@@ -1,6 +1,7 @@
 """Sliding-window attention (Mistral, Qwen2 with use_sliding_window, gpt-oss's alternating layers): sequences
 far longer than the window match HF, the window changes the answer (so ignoring it is caught), windowed
-layers never read keys/values outside their window, and the engine counts the blocks they skip."""
+layers never read keys/values outside their window, and the engine counts the blocks they skip. A model whose
+every layer is windowed returns those blocks to the pool as a sequence decodes (and counts them)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ from tests.local_engine.families import (
 
 torch = pytest.importorskip("torch")
 
-from parley.local_engine import SamplingParams  # noqa: E402
+from parley.local_engine import Engine, SamplingParams  # noqa: E402
 from parley.local_engine.models.decoder import DecoderModel  # noqa: E402
 from parley.local_engine.runner import ModelRunner  # noqa: E402
-from parley.local_engine.scheduler import ScheduledSeq  # noqa: E402
+from parley.local_engine.scheduler import ScheduledSeq, SchedulerOutput  # noqa: E402
 from parley.local_engine.sequence import Sequence  # noqa: E402
 
 WINDOWED = ["mistral", "qwen2-window", "qwen3-moe-window", "gpt-oss"]
@@ -100,5 +101,93 @@ def test_full_attention_models_skip_nothing() -> None:
     try:
         engine.generate(prompts_of([40], seed=14), greedy(8))
         assert engine.stats()["window_blocks_skipped"] == 0
+    finally:
+        engine.close()
+
+
+# -- all-windowed models free their blocks --------------------------------------------------------------
+def held_blocks_per_decode(engine: Engine) -> list[int]:
+    """Record, at every scheduled decode, how many blocks its sequence holds (after the step's allocation)."""
+    held: list[int] = []
+    schedule = engine.scheduler.schedule
+
+    def recording() -> SchedulerOutput:
+        out = schedule()
+        held.extend(engine.block_manager.num_held_blocks(it.seq) for it in out.items if it.is_decode)
+        return out
+
+    engine.scheduler.schedule = recording  # type: ignore[method-assign]
+    return held
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen3-moe-window"])
+def test_a_long_decode_of_an_all_windowed_model_holds_only_its_window(family: str) -> None:
+    hf = hf_model(family)
+    engine = engine_of(our_model(hf))
+    try:
+        assert engine.block_manager.window == WINDOW
+        held = held_blocks_per_decode(engine)
+        prompts = prompts_of([10, 3 * WINDOW + 1], seed=21)
+        outs = engine.generate(prompts, greedy(48))
+        assert [o.token_ids for o in outs] == [hf_greedy(hf, p, 48) for p in prompts]
+        assert held and max(held) <= math.ceil(WINDOW / 4) + 1, max(held)
+        stats = engine.stats()
+        assert stats["window_blocks_freed"] >= 2 * (10 + 48 - WINDOW) // 4 - 2
+        assert stats["blocks_used"] == 0 and stats["preemptions"] == 0
+    finally:
+        engine.close()
+
+
+def test_a_pool_too_small_for_the_sequence_but_big_enough_for_its_window_completes_without_preemption() -> None:
+    hf = hf_model("mistral")
+    prompts = prompts_of([10, 7], seed=22)
+    tokens = 10 + 64  # 19 blocks of 4 for the longer one; its window needs at most 3 (+ a prefill chunk's)
+    engine = engine_of(our_model(hf), num_kv_blocks=12, max_num_batched_tokens=8)
+    try:
+        outs = engine.generate(prompts, greedy(64))
+        assert [o.token_ids for o in outs] == [hf_greedy(hf, p, 64) for p in prompts]
+        assert all(o.finish_reason == "length" for o in outs)
+        assert engine.stats()["preemptions"] == 0 and -(-tokens // 4) > 12
+    finally:
+        engine.close()
+    # The same pool under full attention cannot hold the sequence: the freeing is what made it fit.
+    full = engine_of(our_model(hf_model("llama3")), num_kv_blocks=12, max_num_batched_tokens=8)
+    try:
+        outs = full.generate(prompts, greedy(64))
+        assert full.stats()["preemptions"] > 0 or any(len(o.token_ids) < 64 for o in outs)
+        assert full.stats()["window_blocks_freed"] == 0
+    finally:
+        full.close()
+
+
+def test_freed_blocks_serve_a_later_prefix_only_while_their_kv_is_intact() -> None:
+    """A released block keeps its hash while it waits in the pool untouched: in a roomy pool the second turn
+    (first prompt + its answer + more) reads the first turn's released blocks back from the prefix cache. In a
+    tight pool they were reused (their hashes dropped with it), so it hits nothing. Both match HF."""
+    hf = hf_model("mistral")
+    first = prompts_of([13], seed=23)[0]
+    for blocks, hits in ((64, True), (10, False)):
+        engine = engine_of(our_model(hf), num_kv_blocks=blocks, max_num_batched_tokens=8)
+        try:
+            answer = engine.generate([first], greedy(40))[0].token_ids
+            assert answer == hf_greedy(hf, first, 40)
+            s = engine.stats()
+            assert s["window_blocks_freed"] > 0 and (s["evictions"] > 0) is not hits
+            second = first + answer + prompts_of([3], seed=24)[0]
+            out = engine.generate([second], greedy(16))[0]
+            assert out.token_ids == hf_greedy(hf, second, 16)
+            hit = engine.stats()["prefix_cache_hits"] - s["prefix_cache_hits"]
+            assert (hit == (len(second) - 1) // 4 * 4) if hits else hit == 0, hit
+        finally:
+            engine.close()
+
+
+@pytest.mark.parametrize("family", ["gpt-oss", "qwen2-window"])
+def test_a_model_with_a_full_attention_layer_frees_nothing(family: str) -> None:
+    engine = engine_of(our_model(hf_model(family)))
+    try:
+        assert engine.block_manager.window is None
+        engine.generate(prompts_of([40], seed=25), greedy(8))
+        assert engine.stats()["window_blocks_freed"] == 0 and engine.stats()["window_blocks_skipped"] > 0
     finally:
         engine.close()
