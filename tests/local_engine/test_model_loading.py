@@ -187,15 +187,18 @@ def test_a_missing_misshapen_or_unused_tensor_is_named(family: str, edit: Any, m
 
 # -- GGUF ----------------------------------------------------------------------------------------------
 # Each family transformers' GGUF reader loads, written as llama.cpp writes it (gguf_writer.py): Llama with
-# default and llama3 rope (llama.cpp's rope_freqs tensor), Mistral (an arch 'llama' file), Qwen2.5, Qwen3 and
-# Qwen3-MoE (every layer MoE: llama.cpp's qwen3moe has no dense layers).
+# default, llama3 (llama.cpp's rope_freqs tensor) and linear rope, Mistral (an arch 'llama' file), Qwen2.5,
+# Qwen3 (and with YaRN rope) and Qwen3-MoE (every layer MoE: llama.cpp's qwen3moe has no dense layers).
 GGUF_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "llama": ("llama3", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
     "llama3-rope": ("llama3", {}),
+    "llama-linear-rope": ("llama3", {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}}),
     "mistral": ("mistral", {"sliding_window": None}),
     "qwen2.5": ("qwen2.5-untied", {}),
     "qwen3": ("qwen3", {}),
     "qwen3-moe": ("qwen3-moe", {"mlp_only_layers": []}),
+    "qwen3-yarn": ("qwen3", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                                                 "original_max_position_embeddings": 128}}),
 }
 
 
