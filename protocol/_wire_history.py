@@ -6,6 +6,8 @@ back). Before it is sent anywhere, `prepare_history`:
 * drops opaque reasoning payloads of *other* providers (a signature or encrypted reasoning is bound
   to the provider and model that made it; sending it elsewhere is an error or a leak) - the
   reasoning text itself is kept, unsigned, and each codec decides whether it can carry it;
+* drops other providers' native compactions (`CompactionPart`): only their maker reads them, and
+  the messages they summarised are still in the conversation;
 * makes tool-call ids unique in the conversation (local parsers number calls per turn, so ``call_0``
   repeats), renaming a repeated id and the results that answer it;
 * keeps every call/result pair adjacent and complete: the results of an assistant message's calls
@@ -19,16 +21,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from parley.protocol.envelope import Conversation, Message, Part, ReasoningPart, Role, ToolCall, ToolResult
+from parley.protocol.envelope import (
+    CompactionPart,
+    Conversation,
+    Message,
+    Part,
+    ReasoningPart,
+    Role,
+    ToolCall,
+    ToolResult,
+)
 
 MISSING_RESULT = "No result was recorded for this tool call."
 
 
 def strip_foreign_reasoning(message: Message, provider: str | None) -> Message:
-    """`message` without other providers' signatures / redacted payloads (text kept, unsigned)."""
+    """`message` without other providers' signatures / redacted payloads (text kept, unsigned) and
+    without their native compactions."""
     parts: list[Part] = []
     changed = False
     for part in message.parts:
+        if isinstance(part, CompactionPart) and part.provider != provider:
+            changed = True
+            continue
         if isinstance(part, ReasoningPart) and part.provider not in (None, provider):
             changed = True
             if part.redacted is not None or not part.text:

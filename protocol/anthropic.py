@@ -8,7 +8,11 @@ result's attachments go inside its ``tool_result`` as image/document blocks afte
 messages become ``thinking`` / ``redacted_thinking`` / ``text`` / ``tool_use`` blocks. Thinking
 blocks are sent back unchanged, but only with an Anthropic signature: reasoning from another
 provider (or unsigned local reasoning) is dropped, since the API rejects it. ``Message.cache``
-becomes ``cache_control`` on the message's last block.
+becomes ``cache_control`` on the message's last block. A ``compaction`` block (server-side
+compaction, the ``compact_20260112`` edit) is decoded as a `CompactionPart` holding the block
+verbatim (``content``, and ``encrypted_content`` / ``signature`` / ``tool_changes`` when present;
+streamed as ``compaction_delta`` events) and sent back unchanged in its assistant message; the
+API itself ignores every block before it.
 
 Responses (and streamed events, via `StreamDecoder`) come back as assistant `Message`s whose
 reasoning parts carry ``provider="anthropic"``. Usage is returned raw: normalising it into
@@ -32,6 +36,7 @@ from parley.protocol.envelope import (
     IMAGE_MEDIA_TYPES,
     PDF_MEDIA_TYPE,
     CacheMark,
+    CompactionPart,
     Conversation,
     DocumentPart,
     ImagePart,
@@ -73,6 +78,7 @@ FINISH_REASONS = {
     "model_context_window_exceeded": "length",
     "pause_turn": "pause_turn",
     "refusal": "refusal",
+    "compaction": "compaction",
 }
 _ID_OK = re.compile(r"^[a-zA-Z0-9_-]+$")
 _ID_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
@@ -159,7 +165,7 @@ def _refuse_media(message: Message, index: int, why: str) -> None:
 
 
 def assistant_blocks(message: Message, *, unsigned_reasoning: bool = False) -> list[dict[str, Any]]:
-    """An assistant message's content blocks (thinking, text, tool_use), in the message's order.
+    """An assistant message's content blocks (thinking, text, tool_use, compaction), in the message's order.
 
     Unsigned reasoning is dropped (the API rejects it in requests) unless `unsigned_reasoning`, which
     sends it as a ``thinking`` block with an empty signature: what a server without signing keys answers.
@@ -179,6 +185,8 @@ def assistant_blocks(message: Message, *, unsigned_reasoning: bool = False) -> l
         elif isinstance(part, ToolCall):
             blocks.append({"type": "tool_use", "id": tool_id(part.id), "name": part.name,
                            "input": part.parsed_arguments()})
+        elif isinstance(part, CompactionPart) and part.provider == PROVIDER:
+            blocks.append(dict(part.payload))  # verbatim, as the API returned it
     return blocks
 
 
@@ -295,9 +303,18 @@ def decode_block(block: Mapping[str, Any]) -> Part | None:
         if kind == "tool_use":
             arguments = json.dumps(block.get("input") or {}, ensure_ascii=False, separators=(",", ":"))
             return ToolCall(id=block["id"], name=block["name"], arguments=arguments)
+        if kind == "compaction":
+            return compaction_part(block)
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError(f"malformed {kind} block in an Anthropic response: {exc}") from None
     return None
+
+
+def compaction_part(block: Mapping[str, Any]) -> CompactionPart:
+    """A ``compaction`` block (server-side compaction, ``compact_20260112``), kept verbatim."""
+    payload = {k: v for k, v in block.items() if k != "cache_control"}
+    content = block.get("content")
+    return CompactionPart(provider=PROVIDER, payload=payload, text=content if isinstance(content, str) else "")
 
 
 def decode_response(body: Mapping[str, Any]) -> DecodedResponse:
@@ -328,6 +345,7 @@ class _Block:
     id: str = ""
     name: str = ""
     call_index: int = -1
+    payload: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -392,6 +410,9 @@ class StreamDecoder:
         if kind == "redacted_thinking":
             state.data = block.get("data", "")
             return []
+        if kind == "compaction":  # content (and encrypted_content) arrive in compaction_delta events
+            state.payload = dict(block)
+            return []
         if kind == "tool_use":
             state.id, state.name, state.call_index = str(block["id"]), str(block["name"]), self._calls
             self._calls += 1
@@ -409,6 +430,14 @@ class StreamDecoder:
         if kind == "thinking_delta":
             state.text += delta["thinking"]
             return [ReasoningDelta(text=delta["thinking"])]
+        if kind == "compaction_delta":
+            for key in ("content", "encrypted_content"):
+                if isinstance(delta.get(key), str):
+                    state.payload[key] = (state.payload.get(key) or "") + delta[key]
+            return []
+        if kind == "signature_delta" and state.kind == "compaction":
+            state.payload["signature"] = (state.payload.get("signature") or "") + delta["signature"]
+            return []
         if kind == "signature_delta":
             state.signature = (state.signature or "") + delta["signature"]
             return [ReasoningDelta(text="", signature=delta["signature"])]
@@ -446,6 +475,8 @@ class StreamDecoder:
                 parts.append(ReasoningPart(redacted=state.data or "", provider=PROVIDER))
             elif state.kind == "tool_use":
                 parts.append(ToolCall(id=state.id, name=state.name, arguments=state.text or "{}"))
+            elif state.kind == "compaction":
+                parts.append(compaction_part({"content": None, **state.payload}))
         return Message(role=Role.ASSISTANT, parts=parts)
 
     def finish(self) -> list[Event]:

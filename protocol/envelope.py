@@ -3,7 +3,8 @@
 A `Message` is Harmony-shaped (role, channel, recipient, content type) and carries a list of
 *parts* discriminated by `kind`: text (a compaction summary is a `SummaryPart`, a kind of text),
 reasoning (with a provider signature or a redacted payload), tool calls, tool results, images and
-documents. Codecs (Harmony, chat templates, Anthropic and OpenAI wire JSON) only translate
+documents, and a provider's own compaction (`CompactionPart`, kept verbatim). Codecs (Harmony,
+chat templates, Anthropic and OpenAI wire JSON) only translate
 envelopes; nothing else in parley depends on a provider's shape.
 
 Media parts (`ImagePart`: png, jpeg, gif or webp; `DocumentPart`: PDF) hold a URL or bytes. Bytes
@@ -101,6 +102,24 @@ class ReasoningPart(_Part):
     """An encrypted/redacted reasoning payload; `text` is empty when this is set."""
     provider: str | None = None
     """Which provider produced the signature or payload; other providers drop them."""
+
+
+class CompactionPart(_Part):
+    """A provider's own (server-side) compaction of the earlier conversation, kept verbatim.
+
+    Anthropic returns a ``compaction`` content block (its ``content`` is a readable summary; it may
+    carry ``encrypted_content`` and a ``signature``), OpenAI's Responses API a ``compaction`` output
+    item (``encrypted_content`` only, opaque). Either must be sent back unchanged on later requests,
+    like a thinking signature, and only to the provider that made it: `payload` is the block/item as
+    received, `text` the readable summary where there is one (never sent; for people and logs).
+    Other providers' codecs drop it (`parley.protocol._wire_history`): the messages it summarised
+    are still in the conversation, so nothing is lost by switching.
+    """
+
+    kind: Literal["compaction"] = "compaction"
+    provider: str
+    payload: dict[str, Any]
+    text: str = ""
 
 
 class ToolCall(_Part):
@@ -407,7 +426,7 @@ class ToolResult(_Part):
 
 
 Part = Annotated[
-    TextPart | SummaryPart | ReasoningPart | ToolCall | ToolResult | ImagePart | DocumentPart,
+    TextPart | SummaryPart | ReasoningPart | CompactionPart | ToolCall | ToolResult | ImagePart | DocumentPart,
     Field(discriminator="kind"),
 ]
 

@@ -6,9 +6,13 @@ Requests (`build_request`): the conversation becomes ``input`` items in order:
 * user text -> ``{"type": "message", "role": "user", "content"}`` (with images or PDFs, a list of
   ``input_text`` / ``input_image`` (``image_url``: the URL or a data URL) / ``input_file``
   (``file_url``, or the bytes as ``file_data``) parts); assistant text -> the same with
-  ``role: "assistant"``; a tool result's attachments are refused (`UnsupportedPartError`);
+  ``role: "assistant"``;
 * a `ToolCall` -> ``{"type": "function_call", "call_id", "name", "arguments"}`` and a `ToolResult`
-  -> ``{"type": "function_call_output", "call_id", "output"}`` (ids shortened as for Chat);
+  -> ``{"type": "function_call_output", "call_id", "output"}`` (ids shortened as for Chat); a
+  result with images or documents sends ``output`` as a list: ``input_text`` (its text, when not
+  empty) then ``input_image`` / ``input_file`` items, the shapes of user content;
+* a `CompactionPart` this provider produced (a ``compaction`` item: server-side compaction through
+  ``context_management``, or ``/responses/compact``) -> the item exactly as received;
 * a `ReasoningPart` this provider produced -> ``{"type": "reasoning", "id", "summary",
   "encrypted_content"}``, unchanged (a summary of several parts goes back as one part holding the
   same text: the model reads the encrypted content, the summary is only for people). Without
@@ -20,8 +24,12 @@ Tools are Responses function tools (``{"type": "function", "name", "description"
 "strict"}``, ``strict`` always explicit since the API defaults it to true), a forced tool is
 ``{"type": "function", "name"}``, structured output is ``text.format`` (`text_format`).
 
+`decode_input` reads ``input`` items back into envelopes (the inverse of `encode_input`: assistant
+items in a row make one assistant message, each ``function_call_output`` a tool message).
+
 Responses (`decode_response`, `StreamDecoder`): the ``output`` items become one assistant message,
-in order: a ``reasoning`` item -> `ReasoningPart` (``text`` = the summary texts joined by blank
+in order: a ``compaction`` item -> `CompactionPart` (the item verbatim), a ``reasoning`` item ->
+`ReasoningPart` (``text`` = the summary texts joined by blank
 lines, or the raw ``reasoning_text`` content; ``signature`` = the item id; ``redacted`` = its
 ``encrypted_content``; ``provider``), ``output_text`` / ``refusal`` -> `TextPart`, a
 ``function_call`` -> `ToolCall` (``id`` = ``call_id``). Streams map ``response.output_text.delta``
@@ -46,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parley.protocol.envelope import (
+    CompactionPart,
     Conversation,
     DocumentPart,
     ImagePart,
@@ -135,13 +144,12 @@ def encode_input(
             _only(message, index, (TextPart, ToolResult, ImagePart, DocumentPart))
             results = [p for p in message.parts if isinstance(p, ToolResult)]
             for j, result in enumerate(results):
-                if result.attachments:
-                    where = f"messages[{index}].tool_results[{j}].attachments[0]"
-                    raise UnsupportedPartError(
-                        f"{where}: the Responses API codec sends tool results as text only; use api='chat' "
-                        "for tools that return images or documents", where=where, kind=result.attachments[0].kind)
-                items.append({"type": "function_call_output", "call_id": tool_id(result.call_id),
-                              "output": result.content})
+                output: str | list[dict[str, Any]] = result.content
+                if result.attachments:  # text first, then the images/documents (the documented output list)
+                    output = [{"type": "input_text", "text": result.content}] if result.content else []
+                    output += [_content_part(part, f"messages[{index}].tool_results[{j}].attachments[{k}]")
+                               for k, part in enumerate(result.attachments)]
+                items.append({"type": "function_call_output", "call_id": tool_id(result.call_id), "output": output})
             if any(isinstance(p, ImagePart | DocumentPart) for p in message.parts):
                 content = [_content_part(p, f"messages[{index}].content[{j}]") for j, p in enumerate(message.parts)
                            if isinstance(p, TextPart | ImagePart | DocumentPart)]
@@ -174,7 +182,7 @@ def _only(message: Message, index: int, kinds: tuple[type, ...]) -> None:
 
 
 def _assistant_items(message: Message, index: int, *, provider: str, stored: bool) -> list[dict[str, Any]]:
-    _only(message, index, (TextPart, ReasoningPart, ToolCall))
+    _only(message, index, (TextPart, ReasoningPart, ToolCall, CompactionPart))
     items: list[dict[str, Any]] = []
     text: list[str] = []
 
@@ -195,6 +203,8 @@ def _assistant_items(message: Message, index: int, *, provider: str, stored: boo
         elif isinstance(part, ToolCall):
             items.append({"type": "function_call", "call_id": tool_id(part.id), "name": part.name,
                           "arguments": part.arguments})
+        elif isinstance(part, CompactionPart) and part.provider == provider:
+            items.append(dict(part.payload))  # opaque: verbatim, only to the provider that made it
     flush()
     return items
 
@@ -253,6 +263,8 @@ def decode_item(item: Mapping[str, Any], provider: str = "openai") -> tuple[list
     kind = item.get("type")
     if kind == "reasoning":
         return [_reasoning_part(item, provider)], False
+    if kind == "compaction":
+        return [CompactionPart(provider=provider, payload=dict(item))], False
     if kind == "function_call":
         arguments = item.get("arguments")
         if isinstance(arguments, (dict, list)):
@@ -271,6 +283,102 @@ def decode_item(item: Mapping[str, Any], provider: str = "openai") -> tuple[list
                 refused = True
         return parts, refused
     return [], False
+
+
+# -- input items back to envelopes ----------------------------------------------------------------------
+_ASSISTANT_ITEMS = ("reasoning", "function_call", "compaction")
+
+
+def decode_input(items: str | Sequence[Mapping[str, Any]], *, provider: str = "openai") -> list[Message]:
+    """``input`` items as envelopes (see the module docstring); `ProtocolError` names a bad item."""
+    if isinstance(items, str):
+        return [Message.user(items)]
+    messages: list[Message] = []
+    names: dict[str, str] = {}
+    for index, item in enumerate(items):
+        at = f"input[{index}]"
+        if not isinstance(item, Mapping):
+            raise ProtocolError(f"{at} must be an object", param=at)
+        kind = item.get("type", "message")
+        role = item.get("role")
+        if kind in _ASSISTANT_ITEMS or (kind == "message" and role == "assistant"):
+            if kind == "message":
+                parts: list[Part] = [TextPart(text=_input_text(item.get("content"), at))]
+            else:
+                try:
+                    parts = decode_item(item, provider)[0]
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise ProtocolError(f"{at}: malformed {kind} item: {exc}", param=at) from None
+            for part in parts:
+                if isinstance(part, ToolCall):
+                    names[part.id] = part.name
+            if messages and messages[-1].role is Role.ASSISTANT:
+                messages[-1].parts.extend(parts)
+            else:
+                messages.append(Message(role=Role.ASSISTANT, parts=parts))
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise ProtocolError(f"{at}.call_id must be a non-empty string", param=f"{at}.call_id")
+            name = names.get(call_id, "")
+            text, media = _output_of(item.get("output"), f"{at}.output")
+            result = ToolResult(call_id=call_id, name=name, content=text, attachments=media)
+            messages.append(Message(role=Role.TOOL, parts=[result], name=name or None))
+        elif kind == "message" and role in ("system", "developer"):
+            text = _input_text(item.get("content"), at)
+            messages.append(Message.system(text) if role == "system" else Message.developer(text))
+        elif kind == "message" and role == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                messages.append(Message.user(content))
+            else:
+                messages.append(Message(role=Role.USER, parts=list(_input_parts(content, f"{at}.content"))))
+        else:
+            raise ProtocolError(f"{at}: unsupported input item (type {kind!r}, role {role!r})", param=at)
+    return messages
+
+
+def _input_text(content: Any, at: str) -> str:
+    if isinstance(content, str):
+        return content
+    parts = _input_parts(content, f"{at}.content")
+    if any(not isinstance(p, TextPart) for p in parts):
+        raise ProtocolError(f"{at}.content: only text is allowed here", param=f"{at}.content")
+    return "".join(p.text for p in parts if isinstance(p, TextPart))
+
+
+def _input_parts(content: Any, at: str) -> list[TextPart | ImagePart | DocumentPart]:
+    if not isinstance(content, list):
+        raise ProtocolError(f"{at} must be a string or a list of content parts", param=at)
+    out: list[TextPart | ImagePart | DocumentPart] = []
+    for j, part in enumerate(content):
+        where = f"{at}[{j}]"
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if not isinstance(part, Mapping):
+            raise ProtocolError(f"{where} must be an object", param=where)
+        try:
+            if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+                out.append(TextPart(text=part["text"]))
+            elif kind == "input_image" and isinstance(part.get("image_url"), str):
+                out.append(ImagePart(url=part["image_url"]))  # a data: URL becomes bytes
+            elif kind == "input_file" and isinstance(part.get("file_data"), str):
+                out.append(DocumentPart(url=part["file_data"], title=part.get("filename")))
+            elif kind == "input_file" and isinstance(part.get("file_url"), str):
+                out.append(DocumentPart(url=part["file_url"]))
+            else:
+                raise ProtocolError(f"{where}: unsupported content part {kind!r} (or a missing field; uploaded "
+                                    "file ids cannot be resolved here)", param=where)
+        except ValueError as exc:  # pydantic's ValidationError: a bad data URL, an unknown media type
+            raise ProtocolError(f"{where}: malformed {kind}: {exc}", param=where) from None
+    return out
+
+
+def _output_of(output: Any, at: str) -> tuple[str, list[ImagePart | DocumentPart]]:
+    if isinstance(output, str):
+        return output, []
+    parts = _input_parts(output, at)
+    text = "".join(p.text for p in parts if isinstance(p, TextPart))
+    return text, [p for p in parts if isinstance(p, ImagePart | DocumentPart)]
 
 
 def _finish(response: Mapping[str, Any], parts: Sequence[Part], refused: bool) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from parley._run_history import NOT_RUN, normalise_history, recorded_for
-from parley.compaction import Compaction, compact
+from parley.compaction import Compaction, compact, compacted, still_valid
 from parley.context_window import TokenCounter, context_window
 from parley.errors import ConfigurationError, HistoryProcessorError
 from parley.history import HistoryContext, HistoryProcessor, open_batch_ids
@@ -88,7 +88,12 @@ async def shape_history(loop: RunLoop, request: ModelRequest) -> ModelRequest:
     counter = TokenCounter(agent.backend, reasoning=request.reasoning)
     compaction: Compaction | None = agent.compaction
     window = context_window(agent.backend, compaction.window if compaction is not None else None)
-    if compaction is not None:
+    native = compaction.native_request(agent.backend, window) if compaction is not None else None
+    if native is not None:  # the provider compacts: a summary this run wrote earlier still applies
+        request = dataclasses.replace(request, native_compaction=native)
+        record = loop.state.compaction
+        body = compacted(record, body) if record is not None and still_valid(record, body) else body
+    elif compaction is not None:
         body = await compact(loop, compaction, head, body, request, counter, window)
     if agent.history_processors:
         ctx: HistoryContext[Any] = HistoryContext(loop, request, head=head, counter=counter, window=window)

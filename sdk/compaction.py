@@ -29,6 +29,19 @@ The rules:
   changed (the digest no longer matches) is dropped and compaction decided afresh. When the
   conversation grows past `at` again, the old summary and the next turns are summarised together.
 
+**Provider-native compaction** (``Compaction(native=True)``): when the agent's backend compacts
+server-side (``backend.capabilities.native_compaction``: `AnthropicBackend` on the models whose
+``models.json`` entry says ``compaction``, `OpenAIBackend(api="responses")` on OpenAI), no
+summary is asked for here; each request carries `NativeCompaction` with the same threshold, ``at``
+of the window in tokens (Anthropic: ``context_management.edits`` ``[{"type": "compact_20260112",
+"trigger": {"type": "input_tokens", "value": N}}]`` with the ``compact-2026-01-12`` beta;
+OpenAI: ``context_management: [{"type": "compaction", "compact_threshold": N}]``), and a changed
+`prompt` goes as Anthropic's ``instructions``. The provider's compaction comes back as a
+`CompactionPart` in the assistant message, which is its record (in `RunState.messages` and in
+the session, like any part), and is sent back verbatim; the provider ignores what precedes it.
+Without the capability (another backend, a model without it, a `FallbackBackend` with any
+backend lacking it) the summariser above is used, as if ``native`` were off.
+
 The run's stored history is never changed: `RunState.messages` and `RunResult.messages` keep
 every message; only what is sent is compacted. History processors (`parley.history`) run after
 compaction, on the compacted conversation.
@@ -41,7 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from parley.backends.base import Backend, ModelRequest, SamplingSettings
+from parley.backends.base import Backend, ModelRequest, NativeCompaction, SamplingSettings
 from parley.context_window import TokenCounter
 from parley.errors import CompactionError, ConfigurationError
 from parley.history import pinned_end, turn_starts
@@ -69,6 +82,7 @@ class Compaction:
     `backend`: the model that summarises (None: the agent's own). `window`: the context window in
     tokens when the backend's is unknown (`parley.context_window`). `prompt`: the instruction
     appended to the summariser's request. `max_summary_tokens`: its output cap (None: the backend's default).
+    `native`: use the provider's server-side compaction when the agent's backend has it (module docstring).
     """
 
     at: float = 0.8
@@ -77,6 +91,7 @@ class Compaction:
     window: int | None = None
     prompt: str = DEFAULT_SUMMARY_PROMPT
     max_summary_tokens: int | None = None
+    native: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.at, bool) or not isinstance(self.at, int | float) or not 0 < self.at <= 1:
@@ -95,6 +110,20 @@ class Compaction:
             )
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise ConfigurationError("Compaction(prompt=...) must be a non-empty str")
+        if not isinstance(self.native, bool):
+            raise ConfigurationError(f"Compaction(native=...) must be a bool, not {self.native!r}")
+
+    def native_request(self, backend: Backend, window: int | None) -> NativeCompaction | None:
+        """What to ask `backend` for when it compacts server-side (None: use the summariser)."""
+        if not self.native or not backend.capabilities.native_compaction:
+            return None
+        if window is None:
+            raise ConfigurationError(
+                f"Compaction needs the model's context window, and backend {backend.name!r} has none known "
+                "(not in models.json, no max_model_len): pass Compaction(window=...)"
+            )
+        instructions = None if self.prompt == DEFAULT_SUMMARY_PROMPT else self.prompt
+        return NativeCompaction(trigger_tokens=max(1, int(self.at * window)), instructions=instructions)
 
 
 def summary_message(summary: str) -> Message:

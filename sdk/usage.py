@@ -33,17 +33,22 @@ def _get(mapping: Any, *path: str) -> Any:
 
 
 def from_anthropic(raw: Mapping[str, Any], *, model: str | None = None) -> Usage:
-    """Anthropic Messages usage: ``input_tokens`` is already the uncached remainder."""
-    write = _int(raw.get("cache_creation_input_tokens"))
-    split_5m = _int(_get(raw, "cache_creation", "ephemeral_5m_input_tokens"))
-    split_1h = _int(_get(raw, "cache_creation", "ephemeral_1h_input_tokens"))
+    """Anthropic Messages usage: ``input_tokens`` is already the uncached remainder.
+
+    Server-side compaction reports its own sampling as ``usage.iterations`` entries of type
+    ``compaction``, whose tokens the top-level fields leave out: they are added here (billed too)."""
+    parts = [raw, *(entry for entry in raw.get("iterations") or []
+                    if isinstance(entry, Mapping) and entry.get("type") == "compaction")]
+    write = sum(_int(p.get("cache_creation_input_tokens")) for p in parts)
+    split_5m = sum(_int(_get(p, "cache_creation", "ephemeral_5m_input_tokens")) for p in parts)
+    split_1h = sum(_int(_get(p, "cache_creation", "ephemeral_1h_input_tokens")) for p in parts)
     usage = Usage(
-        input_tokens=_int(raw.get("input_tokens")),
-        cache_read_tokens=_int(raw.get("cache_read_input_tokens")),
+        input_tokens=sum(_int(p.get("input_tokens")) for p in parts),
+        cache_read_tokens=sum(_int(p.get("cache_read_input_tokens")) for p in parts),
         cache_write_tokens=max(write, split_5m + split_1h),
         cache_write_5m_tokens=split_5m,
         cache_write_1h_tokens=split_1h,
-        output_tokens=_int(raw.get("output_tokens")),
+        output_tokens=sum(_int(p.get("output_tokens")) for p in parts),
         requests=1,
         raw=[dict(raw)],
     )

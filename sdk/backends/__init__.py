@@ -12,6 +12,7 @@ from parley.backends.base import (
     ModelRequest,
     ModelResponse,
     NamedToolChoice,
+    NativeCompaction,
     SamplingSettings,
     ToolChoice,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "NamedToolChoice",
+    "NativeCompaction",
     "OpenAIBackend",
     "SamplingSettings",
     "ScriptedBackend",

@@ -14,6 +14,15 @@ builds the body; the cache planner places ``cache_control`` breakpoints; reasoni
 * thinking with a forced tool choice, or with a changed temperature / top_p, is refused before any
   request is sent (the API would answer 400).
 
+Server-side compaction (`NativeCompaction` on the request, set by ``Compaction(native=True)``)
+becomes ``context_management: {"edits": [{"type": "compact_20260112", "trigger": {"type":
+"input_tokens", "value": N}}]}`` (plus ``instructions`` when given) with the ``compact-2026-01-12``
+beta header, on models whose ``models.json`` entry has ``compaction`` (or with
+``native_compaction=True``); the response's ``compaction`` block is kept verbatim
+(`parley.protocol.anthropic`) and sent back, and the compaction's own usage (``usage.iterations``
+entries of type ``compaction``, which the top-level counts leave out) is added to `Usage`.
+``pause_after_compaction`` is never set, so a compacting response is a whole turn.
+
 The client's own retries are off: parley retries 429 / 5xx / 529 with backoff, honouring
 ``retry-after``, and maps every failure to `parley.backends.errors.ModelAPIError`.
 """
@@ -50,6 +59,8 @@ EFFORT_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
 ADAPTIVE_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
 BETA_INTERLEAVED = "interleaved-thinking-2025-05-14"
 BETA_1H_CACHE = "extended-cache-ttl-2025-04-11"
+BETA_COMPACTION = "compact-2026-01-12"
+COMPACTION_EDIT = "compact_20260112"
 
 
 class AnthropicBackend:
@@ -70,6 +81,7 @@ class AnthropicBackend:
         max_retry_delay: float = 60.0,
         timeout: float = 600.0,
         default_headers: dict[str, str] | None = None,
+        native_compaction: bool | None = None,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
@@ -86,6 +98,8 @@ class AnthropicBackend:
         self._client: Any = None
         self.info = model_info("anthropic", model)
         self.planner = CachePlanner(min_tokens=int(self.info.get("min_cache_tokens", 1024)))
+        self.native_compaction = bool(self.info.get("compaction")) if native_compaction is None else native_compaction
+        """Server-side compaction for this model (None at construction: from ``models.json``)."""
 
     @property
     def name(self) -> str:
@@ -93,7 +107,8 @@ class AnthropicBackend:
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        return BackendCapabilities(reasoning=self.info.get("thinking") != "none", prompt_cache=True)
+        return BackendCapabilities(reasoning=self.info.get("thinking") != "none", prompt_cache=True,
+                                   native_compaction=self.native_compaction)
 
     @property
     def cache_ledger(self) -> Any:
@@ -121,6 +136,13 @@ class AnthropicBackend:
             extra["top_k"] = sampling.top_k
         if sampling.stop:
             extra["stop_sequences"] = list(sampling.stop)
+        native = request.native_compaction if self.native_compaction else None
+        if native is not None:
+            edit: dict[str, Any] = {"type": COMPACTION_EDIT,
+                                    "trigger": {"type": "input_tokens", "value": native.trigger_tokens}}
+            if native.instructions is not None:
+                edit["instructions"] = native.instructions
+            extra["context_management"] = {"edits": [edit]}
         choice = request.tool_choice
         history = prepare_history(request.conversation.messages, provider=wire.PROVIDER)
         body = wire.build_request(
@@ -145,6 +167,8 @@ class AnthropicBackend:
             betas.append(BETA_INTERLEAVED)
         if plan is not None and any(bp.ttl == "1h" for bp in plan.breakpoints):
             betas.append(BETA_1H_CACHE)
+        if native is not None:
+            betas.append(BETA_COMPACTION)
         headers = {"anthropic-beta": ",".join(betas)} if betas else {}
         return body, plan, headers
 
@@ -283,11 +307,17 @@ class AnthropicBackend:
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
+    """The client's object as the JSON the API sent. Blocks the (non-beta) client types do not know,
+    such as ``compaction``, are parsed into the nearest type with their fields kept as extras:
+    dumping them warns about the mismatch, which is silenced here (the fields are all there)."""
     if isinstance(obj, dict):
         return obj
     for method in ("to_dict", "model_dump"):
         if hasattr(obj, method):
-            value = getattr(obj, method)()
+            try:
+                value = getattr(obj, method)(warnings=False)
+            except TypeError:
+                value = getattr(obj, method)()
             if isinstance(value, dict):
                 return value
     raise TypeError(f"cannot read {type(obj).__name__} as JSON")

@@ -38,6 +38,18 @@ class SamplingSettings:
     stop: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NativeCompaction:
+    """Ask the provider to compact server-side once the request's input passes `trigger_tokens`
+    (Anthropic: the ``compact_20260112`` context-management edit; OpenAI Responses:
+    ``context_management`` with ``compact_threshold``). Set by `parley.compaction` when the backend
+    has ``capabilities.native_compaction``; a backend without it ignores the field."""
+
+    trigger_tokens: int
+    instructions: str | None = None
+    """Summarisation instructions, where the provider takes them (Anthropic); None: the provider's own."""
+
+
 @dataclass(kw_only=True)
 class ModelRequest:
     conversation: Conversation
@@ -51,6 +63,8 @@ class ModelRequest:
     cache: CachePolicy | None = None
     tenant: str | None = None
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    native_compaction: NativeCompaction | None = None
+    """Server-side compaction for this request (see `NativeCompaction`)."""
 
 
 @dataclass(kw_only=True)
@@ -69,6 +83,9 @@ class BackendCapabilities:
     reasoning: bool = False
     streaming: bool = True
     prompt_cache: bool = False
+    native_compaction: bool = False
+    """The provider compacts server-side when asked (`NativeCompaction`), returning an opaque
+    compaction part that later requests carry back."""
 
 
 @runtime_checkable

@@ -138,7 +138,8 @@ class FallbackBackend:
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        """What every backend can do (tools, structured output, streaming); reasoning/caching if any can."""
+        """What every backend can do (tools, structured output, streaming, native compaction: a request
+        any of them may serve must be compacted); reasoning/caching if any can."""
         caps = [b.capabilities for b in self.backends]
         return BackendCapabilities(
             tools=all(c.tools for c in caps),
@@ -146,6 +147,7 @@ class FallbackBackend:
             streaming=all(c.streaming for c in caps),
             reasoning=any(c.reasoning for c in caps),
             prompt_cache=any(c.prompt_cache for c in caps),
+            native_compaction=all(c.native_compaction for c in caps),
         )
 
     # -- decisions --------------------------------------------------------------------------------

@@ -46,7 +46,10 @@ stores responses instead and sends only the items after the last response of the
 conversation (falling back to the whole conversation when the history was edited).
 ``SamplingSettings.stop`` is refused there (the API has no stop sequences); ``seed`` and
 ``top_k`` are not sent to OpenAI. Errors are mapped as for Chat Completions, including a
-``response.failed`` / ``error`` event mid-stream.
+``response.failed`` / ``error`` event mid-stream. Server-side compaction (`NativeCompaction`, from
+``Compaction(native=True)``; capability on for the Responses API against OpenAI) is
+``context_management: [{"type": "compaction", "compact_threshold": N}]``; the ``compaction``
+output item it yields is kept verbatim and sent back in later ``input``.
 """
 
 from __future__ import annotations
@@ -111,6 +114,7 @@ class OpenAIBackend:
         previous_response_id: bool = False,
         include: list[str] | None = None,
         reasoning_summary: Literal["auto", "concise", "detailed"] | None = None,
+        native_compaction: bool | None = None,
     ) -> None:
         if flavor not in FLAVORS:
             raise ConfigurationError(
@@ -126,6 +130,7 @@ class OpenAIBackend:
         self.include = include
         """Responses API ``include``; None: encrypted reasoning for reasoning models when not stored."""
         self.reasoning_summary = reasoning_summary
+        self._native_compaction = native_compaction
         self._chain = responses_wire.ResponseChain()
         self.model = model
         self.base_url = base_url.rstrip("/")
@@ -149,7 +154,18 @@ class OpenAIBackend:
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        return BackendCapabilities(reasoning=bool(self.info.get("reasoning", True)), prompt_cache=True)
+        return BackendCapabilities(reasoning=bool(self.info.get("reasoning", True)), prompt_cache=True,
+                                   native_compaction=self.native_compaction)
+
+    @property
+    def native_compaction(self) -> bool:
+        """Server-side compaction (Responses API ``context_management``): on for ``api="responses"``
+        against OpenAI unless ``native_compaction=False``; ``True`` forces it for another server."""
+        if self._native_compaction is not None:
+            return self._native_compaction and self.api == "responses"
+        host = urlsplit(self.base_url).hostname
+        openai = self.flavor == "openai" or (self.flavor == "auto" and host == "api.openai.com")
+        return self.api == "responses" and openai
 
     # -- flavor -------------------------------------------------------------------------------
     async def resolve_flavor(self) -> Dialect:
@@ -291,6 +307,9 @@ class OpenAIBackend:
             check_pairing=check,
             **extra,
         )
+        native = request.native_compaction
+        if native is not None and self.native_compaction:  # documented: a list of entries, type "compaction"
+            body["context_management"] = [{"type": "compaction", "compact_threshold": native.trigger_tokens}]
         body.update(self.extra_body)
         return body
 

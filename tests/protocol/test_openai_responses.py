@@ -115,12 +115,7 @@ def test_images_and_documents_in_user_messages() -> None:
     assert url_image == {"type": "input_image", "image_url": "https://example.com/a.jpg", "detail": "auto"}
     assert data_file["file_data"].startswith("data:application/pdf;base64,") and data_file["filename"] == "report.pdf"
     assert url_file == {"type": "input_file", "file_url": "https://example.com/b.pdf"}
-    call = Message.assistant(tool_calls=[ToolCall(id="c", name="shot")])
-    result = Message(role=Role.TOOL, parts=[ToolResult(call_id="c", name="shot", content="here",
-                                                       attachments=[ImagePart.from_bytes(PNG)])])
-    with pytest.raises(UnsupportedPartError) as info:
-        wire.encode_input([Message.user("q"), call, result])
-    assert info.value.where == "messages[2].tool_results[0].attachments[0]" and info.value.kind == "image"
+    # (a tool result's images: tests/protocol/test_openai_responses_items.py)
 
 
 def test_tools_choice_and_text_format() -> None:
