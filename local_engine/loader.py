@@ -137,8 +137,10 @@ def _from_gguf(path: Path) -> ModelFiles:
 
 def _stale(folder: Path, path: Path) -> bool:
     """A folder an older converter wrote for a file whose conversion has since changed (llama3 rope, ...)."""
+    marker = folder / _COMPLETE
     try:
-        version = json.loads((folder / _COMPLETE).read_text()).get("converter", 1)
+        done = json.loads(marker.read_text())
+        version = done.get("converter", 1)
     except (OSError, ValueError, AttributeError):
         return True
     if version >= _CONVERTER:
@@ -146,7 +148,20 @@ def _stale(folder: Path, path: Path) -> bool:
     from parley.local_engine import gguf_arch
 
     plan = gguf_arch.plan(path)
-    return bool(plan.load_kwargs) or plan.rope_parameters is not None
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        rope = cfg.get("rope_parameters") or {}
+        if any(cfg.get(k) != v for k, v in plan.load_kwargs.items()) or any(
+            rope.get(k) != v for k, v in (plan.rope_parameters or {}).items()
+        ):
+            return True
+    except (OSError, ValueError, AttributeError):
+        return True
+    try:  # the same conversion today: mark it current, so later loads skip this check (reading the file: seconds)
+        marker.write_text(json.dumps({**done, "converter": _CONVERTER}))
+    except OSError:
+        pass
+    return False
 
 
 def _convert_gguf(path: Path, folder: Path, digest: str) -> None:

@@ -243,6 +243,16 @@ def test_a_cache_an_older_converter_wrote_is_converted_again_when_it_would_diffe
     (folder / "parley-complete.json").write_text(json.dumps({"source": str(path)}))  # no converter version
     again = loader.resolve(path).folder
     assert json.loads((again / "config.json").read_text())["rope_parameters"]["rope_type"] == "llama3"
+    # A file whose conversion has not changed keeps its folder; the marker is brought up to date.
+    plain = tmp_path / "tiny-llama.F32.gguf"
+    write_gguf(hf_model("llama3", rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), plain,
+               name="tiny-llama")
+    kept = loader.resolve(plain).folder
+    (kept / "parley-complete.json").write_text(json.dumps({"source": str(plain)}))
+    (kept / "model.safetensors").touch()
+    before = (kept / "model.safetensors").stat().st_mtime_ns
+    assert loader.resolve(plain).folder == kept and (kept / "model.safetensors").stat().st_mtime_ns == before
+    assert json.loads((kept / "parley-complete.json").read_text())["converter"] >= 2
 
 
 def _with_key(key: str) -> Any:
