@@ -197,3 +197,18 @@ async def test_a_compaction_part_never_reaches_another_provider(server: FakeServ
     openai_body = _openai(server).build_body(request, "openai")
     assert [i for i in openai_body["input"] if i.get("type") == "compaction"] == [OPENAI_COMPACTION]
     assert "context_management" not in anthropic_body and "context_management" not in openai_body  # not asked
+
+
+async def test_a_session_keeps_the_providers_compaction_for_the_next_run(server: FakeServer, tmp_path: Any) -> None:
+    from parley import SQLiteSession
+
+    server.queue(Reply(body=_message([COMPACTION_BLOCK, {"type": "text", "text": "Book the second hotel."}])),
+                 Reply(body=_message([{"type": "text", "text": "Done."}])))
+    agent = Agent(_anthropic(server), compaction=Compaction(native=True))
+    with SQLiteSession("trip", tmp_path / "s.db") as session:
+        await agent.run("Which hotel?", session=session)
+    with SQLiteSession("trip", tmp_path / "s.db") as session:  # another process, later
+        stored = session.get_items_sync()
+        assert isinstance(stored[1].parts[0], CompactionPart) and stored[1].parts[0].payload == COMPACTION_BLOCK
+        await agent.run("And the flight?", session=session)
+    assert server.requests[1].body["messages"][1]["content"][0] == COMPACTION_BLOCK
