@@ -47,6 +47,8 @@ class GGUFPlan:
     rope_parameters: dict[str, Any] | None = None
     """Rope scaling the reader drops, for the converted config.json."""
     tensor_names: list[str] = field(default_factory=list)
+    read_here: set[str] = field(default_factory=set)
+    """GGUF tensors read by `plan` itself (not by transformers' reader)."""
 
 
 def _value(field_: Any) -> Any:
@@ -78,7 +80,7 @@ def plan(path: Path) -> GGUFPlan:
     meta = {k[len(arch) + 1 :]: v for k, v in fields.items() if k.startswith(arch + ".")}
     known = _READ | _HANDLED | (_MOE if arch == "qwen3moe" else set())
     for key in sorted(meta):
-        if key not in known:
+        if key not in known and not (key in _MOE and meta[key] == 0):  # a dense file's expert_count = 0
             raise ModelLoadError(f"GGUF {path.name}: metadata key '{arch}.{key}' is not supported")
     heads = int(meta["attention.head_count"]) if "attention.head_count" in meta else 0
     head_dim = int(meta["embedding_length"]) // heads if heads and "embedding_length" in meta else None
@@ -117,6 +119,7 @@ def plan(path: Path) -> GGUFPlan:
 
         factors = np.asarray(tensors["rope_freqs.weight"].data, dtype=np.float64).reshape(-1)
         p.rope_parameters = llama3_rope(factors, theta, head_dim, path.name)
+        p.read_here.add("rope_freqs.weight")
     return p
 
 
@@ -188,7 +191,7 @@ def check_loaded(p: GGUFPlan, hf: Any, loading_info: dict[str, Any], file: str) 
     processor = TENSOR_PROCESSORS.get(p.architecture, TensorProcessor)(config=hf.config.to_dict())
     mapped = get_gguf_hf_weights_map(hf, processor)
     for name in p.tensor_names:
-        if name == "rope_freqs.weight" and p.rope_parameters is not None:
+        if name in p.read_here:
             continue
         if name not in mapped and name.rsplit(".", 1)[0] not in mapped:
             raise ModelLoadError(f"GGUF {file} ({p.architecture}): tensor {name!r} is not read by transformers' "

@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from tests.local_engine.families import hf_greedy, hf_logits, hf_model, logits_every_position, parity, prompts_of
+from tests.local_engine.families import (
+    LLAMA3_ROPE,
+    hf_greedy,
+    hf_logits,
+    hf_model,
+    logits_every_position,
+    parity,
+    prompts_of,
+)
 from tests.local_engine.gguf_writer import write_gguf
 
 torch = pytest.importorskip("torch")
@@ -192,6 +200,7 @@ def test_a_missing_misshapen_or_unused_tensor_is_named(family: str, edit: Any, m
 GGUF_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "llama": ("llama3", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
     "llama3-rope": ("llama3", {}),
+    "llama3-rope-unscaled": ("llama3", {"rope_parameters": {**LLAMA3_ROPE, "factor": 1.0}}),  # rope_freqs all 1
     "llama-linear-rope": ("llama3", {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}}),
     "mistral": ("mistral", {"sliding_window": None}),
     "qwen2.5": ("qwen2.5-untied", {}),
