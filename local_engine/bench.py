@@ -149,8 +149,13 @@ MODES: dict[str, dict[str, Any]] = {
     "bf16": {"dtype": "bfloat16"},
     "int8": {"dtype": "float32", "quantization": "int8"},
     "int8-head": {"dtype": "float32", "quantization": "int8", "quantize_lm_head": True},
+    "q4": {"dtype": "float32", "quantization": "q4"},
+    "q4-head": {"dtype": "float32", "quantization": "q4", "quantize_lm_head": True},
+    "q8": {"dtype": "float32", "quantization": "q8"},
+    "q8-head": {"dtype": "float32", "quantization": "q8", "quantize_lm_head": True},
 }
-"""Modes by name: int8 keeps the LM head fp32 (the default), int8-head quantises it too (a measured trade)."""
+"""Modes by name: int8, q4 and q8 keep the LM head fp32 (the default); the -head modes quantise it too (int8 per
+channel; q4/q8 in 8-bit groups), a measured trade. q4/q8 load a GGUF's Q4_x / Q8_0 blocks as they are."""
 
 
 def open_engine(model: Any, mode: str, *, threads: int | None, speculation: str | None = None) -> Any:

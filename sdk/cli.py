@@ -254,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd = sub.add_parser("bench", help="the local engine's speed on this machine: decode, prefill, batching, "
                                              "cached-prefix TTFT, speculative decoding, per mode")
     bench_cmd.add_argument("--model", default=None, help="a .gguf file or HF folder (default: embedded SmolLM2)")
-    bench_cmd.add_argument("--modes", default="fp32,int8", help="comma-separated: fp32, bf16, int8, int8-head")
+    bench_cmd.add_argument("--modes", default="fp32,int8,q4", help="comma-separated: fp32, bf16, int8, int8-head, "
+                                                          "q4, q4-head, q8, q8-head")
     bench_cmd.add_argument("--threads", type=int, default=None, help="CPU threads (default: every usable core)")
     bench_cmd.add_argument("--runs", type=int, default=3, help="timed runs per figure (the median is shown)")
     bench_cmd.add_argument("--tokens", type=int, default=64, help="decode length")
