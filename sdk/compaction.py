@@ -29,7 +29,8 @@ The rules:
   changed (the digest no longer matches) is dropped and compaction decided afresh. When the
   conversation grows past `at` again, the old summary and the next turns are summarised together.
 
-**Provider-native compaction** (``Compaction(native=True)``): when the agent's backend compacts
+**Provider-native compaction** (on by default; ``Compaction(native=False)`` always uses the
+summariser above): when the agent's backend compacts
 server-side (``backend.capabilities.native_compaction``: `AnthropicBackend` on the models whose
 ``models.json`` entry says ``compaction``, `OpenAIBackend(api="responses")` on OpenAI), no
 summary is asked for here; each request carries `NativeCompaction` with the same threshold, ``at``
@@ -82,7 +83,8 @@ class Compaction:
     `backend`: the model that summarises (None: the agent's own). `window`: the context window in
     tokens when the backend's is unknown (`parley.context_window`). `prompt`: the instruction
     appended to the summariser's request. `max_summary_tokens`: its output cap (None: the backend's default).
-    `native`: use the provider's server-side compaction when the agent's backend has it (module docstring).
+    `native`: use the provider's server-side compaction when the agent's backend has it (module docstring);
+    False: always summarise here (e.g. to keep the summary in your own history and sessions).
     """
 
     at: float = 0.8
@@ -91,7 +93,7 @@ class Compaction:
     window: int | None = None
     prompt: str = DEFAULT_SUMMARY_PROMPT
     max_summary_tokens: int | None = None
-    native: bool = False
+    native: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.at, bool) or not isinstance(self.at, int | float) or not 0 < self.at <= 1:

@@ -14,7 +14,7 @@ builds the body; the cache planner places ``cache_control`` breakpoints; reasoni
 * thinking with a forced tool choice, or with a changed temperature / top_p, is refused before any
   request is sent (the API would answer 400).
 
-Server-side compaction (`NativeCompaction` on the request, set by ``Compaction(native=True)``)
+Server-side compaction (`NativeCompaction` on the request, set by ``Compaction()``, native by default)
 becomes ``context_management: {"edits": [{"type": "compact_20260112", "trigger": {"type":
 "input_tokens", "value": N}}]}`` (plus ``instructions`` when given) with the ``compact-2026-01-12``
 beta header, on models whose ``models.json`` entry has ``compaction`` (or with

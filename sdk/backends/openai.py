@@ -47,7 +47,7 @@ conversation (falling back to the whole conversation when the history was edited
 ``SamplingSettings.stop`` is refused there (the API has no stop sequences); ``seed`` and
 ``top_k`` are not sent to OpenAI. Errors are mapped as for Chat Completions, including a
 ``response.failed`` / ``error`` event mid-stream. Server-side compaction (`NativeCompaction`, from
-``Compaction(native=True)``; capability on for the Responses API against OpenAI) is
+``Compaction()``, native by default; capability on for the Responses API against OpenAI) is
 ``context_management: [{"type": "compaction", "compact_threshold": N}]``; the ``compaction``
 output item it yields is kept verbatim and sent back in later ``input``.
 """

@@ -212,3 +212,17 @@ async def test_a_session_keeps_the_providers_compaction_for_the_next_run(server:
         assert isinstance(stored[1].parts[0], CompactionPart) and stored[1].parts[0].payload == COMPACTION_BLOCK
         await agent.run("And the flight?", session=session)
     assert server.requests[1].body["messages"][1]["content"][0] == COMPACTION_BLOCK
+
+
+async def test_native_is_the_default_and_native_false_keeps_our_summariser(server: FakeServer) -> None:
+    assert Compaction().native is True  # "used when available"
+    server.queue(Reply(body=_message([{"type": "text", "text": "SUMMARY: Rome trip."}])),
+                 Reply(body=_message([{"type": "text", "text": "Done."}])))
+    backend = _anthropic(server)
+    assert backend.capabilities.native_compaction
+    agent = Agent(backend, compaction=Compaction(at=0.5, keep_last_turns=1, native=False, window=60))
+    history = [Message.user("first question " * 20), Message.assistant("first answer " * 20)]
+    await agent.run([*history, Message.user("Which hotel?")])
+    summary, answer = server.requests
+    assert "context_management" not in summary.body and "context_management" not in answer.body
+    assert "compact-2026-01-12" not in _betas(answer.headers)
