@@ -123,9 +123,16 @@ class BlockManager:
             return self.blocks_needed(num_tokens)
         return min(self.blocks_needed(num_tokens), self.blocks_needed(self.window - 1 + max_chunk) + 1)
 
+    def _dead_hits(self, hits: list[int]) -> int:
+        """With a `window`, how many of the prefix hits lie wholly before the window of the first new token:
+        they are not claimed (`FREED` in the table), so a long cached prefix costs only its window."""
+        if self.window is None:
+            return 0
+        return min(max(len(hits) * self.block_size - self.window + 1, 0) // self.block_size, len(hits))
+
     def can_admit(self, seq: Sequence, hits: list[int], num_new_tokens: int) -> bool:
         """Whether claiming `hits` and allocating room for `num_new_tokens` more tokens fits in the pool."""
-        revived = sum(1 for bid in hits if self.blocks[bid].ref_count == 0)
+        revived = sum(1 for bid in hits[self._dead_hits(hits) :] if self.blocks[bid].ref_count == 0)
         cached = len(hits) * self.block_size
         new_blocks = self.blocks_needed(cached + num_new_tokens) - len(hits)
         return revived + new_blocks <= len(self.free)
@@ -133,7 +140,9 @@ class BlockManager:
     def admit(self, seq: Sequence, hits: list[int]) -> None:
         """Claim the cached prefix blocks for `seq` (which holds no blocks yet) and count the lookup."""
         assert not seq.block_table, "admit() expects a sequence without blocks"
-        for bid in hits:
+        dead = self._dead_hits(hits)
+        seq.block_table.extend([FREED] * dead)
+        for bid in hits[dead:]:
             block = self.blocks[bid]
             if block.ref_count == 0:
                 del self.free[bid]

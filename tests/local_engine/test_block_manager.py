@@ -157,3 +157,18 @@ def test_a_windowed_manager_releases_blocks_wholly_before_the_next_tokens_window
     hog = seq(list(range(500, 500 + 16 * BS - 1)), rid="hog")
     assert bm.allocate(hog, hog.num_tokens)
     assert bm.lookup(seq(list(range(100, 114)), rid="d")) == []
+
+
+def test_a_windowed_manager_does_not_claim_prefix_hits_before_the_window() -> None:
+    from parley.local_engine.block_manager import FREED
+
+    bm = BlockManager(16, BS, model_identity="m", window=6)
+    run_prompt(bm, seq(list(range(100, 117)), rid="a"))  # 4 full blocks cached
+    b = seq(list(range(100, 117)) + [5, 6], rid="b")
+    hits = bm.lookup(b)
+    assert len(hits) == 4  # 16 cached tokens; the first new token (16) sees 11..16: blocks 0 and 1 are dead
+    used = bm.num_used_blocks
+    bm.admit(b, hits)
+    assert b.block_table[:2] == [FREED, FREED] and b.block_table[2:] == hits[2:]
+    assert b.num_computed_tokens == 16 and bm.num_used_blocks == used  # a still holds them all
+    assert bm.blocks[hits[0]].ref_count == 1 and bm.blocks[hits[2]].ref_count == 2

@@ -182,6 +182,27 @@ def test_freed_blocks_serve_a_later_prefix_only_while_their_kv_is_intact() -> No
             engine.close()
 
 
+def test_a_cached_prefix_longer_than_the_pool_costs_a_windowed_model_only_its_window() -> None:
+    """A second turn whose cached prefix fills nearly the whole pool is admitted: the hits before its window
+    are not claimed (claiming them all would not fit beside its new blocks, and it would wait forever)."""
+    hf = hf_model("mistral")
+    engine = engine_of(our_model(hf), num_kv_blocks=11, max_num_batched_tokens=8)
+    try:
+        first = prompts_of([41], seed=5)[0]
+        answer = engine.generate([first], greedy(1))[0].token_ids
+        second = first + answer + prompts_of([20], seed=6)[0]
+        bm = engine.block_manager
+        probe = Sequence("probe", second, SamplingParams())
+        hits = bm.lookup(probe)
+        assert len(hits) == 10 and bm.can_admit(probe, hits, 8)  # checked here: a regression would hang below
+        before = engine.stats()["prefix_cache_hits"]
+        out = engine.generate([second], greedy(4))[0]
+        assert out.token_ids == hf_greedy(hf, second, 4)
+        assert engine.stats()["prefix_cache_hits"] - before == 40
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("family", ["gpt-oss", "qwen2-window"])
 def test_a_model_with_a_full_attention_layer_frees_nothing(family: str) -> None:
     engine = engine_of(our_model(hf_model(family)))
