@@ -226,15 +226,17 @@ torch::Tensor group_gemm(torch::Tensor x, torch::Tensor qs, torch::Tensor d, tor
   const bool simd = use_simd && simd_ok();
   const float* cs = col_scale.numel() ? col_scale.data_ptr<float>() : nullptr;
   TORCH_CHECK(!cs || col_scale.numel() == K, "col_scale must have K entries");
-  auto q = torch::empty({M, K}, x.options().dtype(at::kChar));
-  auto dx = torch::empty({M, G}, x.options());
-  auto sx = torch::empty({M, G}, x.options());
-  auto si = torch::empty({M, G}, x.options().dtype(at::kInt));
+  // the quantised activations live in per-thread scratch (no allocation per call; a decode step makes ~120)
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> dx, sx;
+  thread_local std::vector<int32_t> si;
+  if ((int64_t)q.size() < M * K) q.resize(M * K);
+  if ((int64_t)dx.size() < M * G) { dx.resize(M * G); sx.resize(M * G); si.resize(M * G); }
   const float* xp = x.data_ptr<float>();
-  int8_t* qp = q.data_ptr<int8_t>();
-  float* dxp = dx.data_ptr<float>();
-  float* sxp = sx.data_ptr<float>();
-  int32_t* sip = si.data_ptr<int32_t>();
+  int8_t* qp = q.data();
+  float* dxp = dx.data();
+  float* sxp = sx.data();
+  int32_t* sip = si.data();
   at::parallel_for(0, M, 64, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       if (simd) quantize_avx512(xp + r * K, cs, K, qp + r * K, dxp + r * G, sxp + r * G, sip + r * G);
