@@ -283,3 +283,49 @@ def test_smollm2_q4_stays_close_to_fp32(smol_q4: Engine, smol_engine: Engine) ->
     p = SamplingParams(max_tokens=24, min_tokens=24)
     together = [o.token_ids for o in smol_q4.generate(crowd, p)]
     assert together == [smol_q4.generate([c], p)[0].token_ids for c in crowd]
+
+
+def test_gguf_overlay_maps_blocks_by_checking_them_against_the_converted_tensors(tmp_path: Path) -> None:
+    """A GGUF written here (Q4_0 q rows in llama.cpp's rope order, Q8_0 k, Q4_1 down, F32 v, a Q4_1 up whose
+    converted copy differs): each block tensor replaces the state dict's float copy only where it dequantises
+    to it bitwise (the q rows after undoing llama.cpp's permutation); Q8_0 only in q8 mode."""
+    from parley.local_engine.gguf_weights import llama_rows, overlay
+
+    rng = np.random.default_rng(1)
+    heads, kv_heads, d, hidden = 4, 2, 16, 64
+    Q = gguf.GGMLQuantizationType
+    tensors = {
+        "blk.0.attn_q.weight": (Q.Q4_0, heads * d), "blk.0.attn_k.weight": (Q.Q8_0, kv_heads * d),
+        "blk.0.ffn_down.weight": (Q.Q4_1, hidden), "blk.0.attn_v.weight": (Q.F32, kv_heads * d),
+        "blk.0.ffn_up.weight": (Q.Q4_1, 96),
+    }
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    state: dict[str, Any] = {}
+    hf = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "ffn_down": "mlp.down_proj",
+          "attn_v": "self_attn.v_proj", "ffn_up": "mlp.up_proj"}
+    for name, (qtype, rows) in tensors.items():
+        w = rng.standard_normal((rows, hidden)).astype(np.float32) * 0.1
+        data = w if qtype == Q.F32 else gguf.quants.quantize(w, qtype)
+        writer.add_tensor(name, data, raw_dtype=qtype)
+        value = torch.from_numpy(w if qtype == Q.F32 else gguf.quants.dequantize(data, qtype).reshape(rows, hidden))
+        if "attn_q" in name:
+            value = value[llama_rows(rows, heads)]  # what transformers' GGUF reader gives for llama's q rows
+        if "ffn_up" in name:
+            value = value * 1.001  # not this file's weights
+        state[f"model.layers.0.{hf[name.split('.')[2]]}.weight"] = value.clone()
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    for scheme in ("q4", "q8"):
+        sd = dict(state)
+        report = overlay(path, sd, scheme, num_heads=heads, num_kv_heads=kv_heads)
+        direct = {"model.layers.0.self_attn.q_proj.weight": "Q4_0", "model.layers.0.mlp.down_proj.weight": "Q4_1"}
+        if scheme == "q8":
+            direct["model.layers.0.self_attn.k_proj.weight"] = "Q8_0"
+        assert report.direct == direct
+        assert "do not dequantise" in report.skipped["model.layers.0.mlp.up_proj.weight"]
+        for name in direct:
+            assert isinstance(sd[name], RowQuant) and torch.equal(sd[name].dequantize(), state[name])
+        assert isinstance(sd["model.layers.0.self_attn.v_proj.weight"], torch.Tensor)
