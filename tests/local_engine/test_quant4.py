@@ -329,3 +329,19 @@ def test_gguf_overlay_maps_blocks_by_checking_them_against_the_converted_tensors
         for name in direct:
             assert isinstance(sd[name], RowQuant) and torch.equal(sd[name].dequantize(), state[name])
         assert isinstance(sd["model.layers.0.self_attn.v_proj.weight"], torch.Tensor)
+
+
+def test_q4_and_q8_are_validated_like_int8() -> None:
+    from parley.local_engine.errors import EngineConfigError
+
+    assert EngineConfig(quantization="Q4").quantization == "q4"
+    assert EngineConfig(quantization="q8", quantize_lm_head=True).quantize_lm_head
+    with pytest.raises(EngineConfigError, match=r"float32"):
+        Engine.from_pretrained(None, device="cpu", dtype="bfloat16", quantization="q4")
+    with pytest.raises(EngineConfigError, match=r"float32"):
+        GroupGemm(CPU, torch.bfloat16, bits=8)
+    gemm = GroupGemm(CPU, torch.float32, bits=4)
+    w, x = torch.randn(16, 48), torch.randn(2, 48)  # no whole groups of 32: this matrix stays fp32
+    prepared = gemm.prepare(w)
+    assert prepared.dense is not None and prepared.source == "float (not grouped)"
+    torch.testing.assert_close(gemm(x, prepared), x @ w.t(), rtol=1e-5, atol=1e-5)
