@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -240,10 +242,13 @@ def compiler() -> str | None:
 
 
 def _build() -> Any:
-    from torch.utils.cpp_extension import load_inline
+    from torch.utils.cpp_extension import get_default_build_root, load_inline
 
     from parley.local_engine.q4_kernel import FUNCTIONS, SOURCE
 
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    if not any(root.glob(f"**/{EXTENSION_NAME}*/*.so")):  # a first build takes about a minute on 2 cores
+        print(f"parley: compiling the q4/q8 GEMM kernel into {root} (once per machine)", file=sys.stderr, flush=True)
     # cached by torch under $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), rebuilt when SOURCE changes
     return load_inline(name=EXTENSION_NAME, cpp_sources=[SOURCE], functions=FUNCTIONS,
                        extra_cflags=["-O3", "-ffp-contract=off"], verbose=False)
