@@ -298,8 +298,8 @@ class GroupGemm:
         self.ext, why = kernel_module()
         self._dense = WeightGemm(device, dtype)  # the fallback, and matrices whose width is not a multiple of 32
         if self.ext is None:
-            _warn_once(f"parley: the group-quantised kernel is unavailable ({why}); quantization='q{bits}' runs "
-                       "its quantised weights dequantised to fp32 (same values, fp32 speed)")
+            _warn_once(f"parley: the group-quantised kernel is unavailable ({why}); quantization='q4'/'q8' run "
+                       "their quantised weights dequantised to fp32 (same values, fp32 speed)")
             self.kernel = f"q{bits}-dequantized-fp32"
         else:
             simd = bool(self.ext.simd_available()) and use_simd

@@ -130,20 +130,28 @@ def test_gguf_blocks_decode_as_the_gguf_package_dequantizes_them(kind: str) -> N
         assert np.array_equal(rq.dequantize().numpy(), expected)
 
 
-def test_without_a_compiler_it_warns_once_and_runs_dequantised(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CXX", "/nonexistent/c++")
+@pytest.mark.parametrize(("cxx", "why"), [("/nonexistent/c++", "no C++ compiler"),
+                                         ("/bin/false", "building the C++ kernel failed")])
+def test_without_a_working_compiler_it_warns_once_and_runs_dequantised(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path, cxx: str, why: str) -> None:
+    if not Path(cxx).exists() and cxx != "/nonexistent/c++":
+        pytest.skip(f"{cxx} is not on this machine")
+    monkeypatch.setenv("CXX", cxx)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # no cached build to load
     quant4.kernel_module.cache_clear()
     monkeypatch.setattr(quant4, "_warned", set())
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            gemms = [GroupGemm(CPU, torch.float32, bits=4), GroupGemm(CPU, torch.float32, bits=4)]
+            # the layers' 4-bit GEMM and the head's 8-bit one: one warning for both
+            gemms = [GroupGemm(CPU, torch.float32, bits=4), GroupGemm(CPU, torch.float32, bits=8),
+                     GroupGemm(CPU, torch.float32, bits=4)]
         relevant = [w for w in caught if "group-quantised kernel is unavailable" in str(w.message)]
-        assert len(relevant) == 1 and "no C++ compiler" in str(relevant[0].message)
+        assert len(relevant) == 1 and why in str(relevant[0].message)
         assert gemms[0].kernel == "q4-dequantized-fp32"
         rq = quantised(4, 40, 64)
         x = torch.randn(3, 64)
-        out = gemms[1](x, gemms[1].prepare(rq), torch.ones(40))
+        out = gemms[2](x, gemms[2].prepare(rq), torch.ones(40))
         torch.testing.assert_close(out, x @ rq.dequantize().t() + 1, rtol=1e-5, atol=1e-5)
     finally:
         monkeypatch.undo()
