@@ -21,8 +21,9 @@ the activation before quantising it (free: the activation is read once anyway).
 
 The LM head (tied to the embedding in SmolLM2) stays fp32 by default (the seed document: 4-bit on the output
 side took perplexity from 61 to 8,123). With `quantize_lm_head` it runs in the 8-bit group layout, in q4
-mode too: measured on SmolLM2, a 4-bit head costs far more perplexity than all the 4-bit layers together
-(benchmarks/engine_vs_llamacpp.py prints the three figures).
+mode too (SmolLM2's GGUF stores the tied embedding as Q8_0, and requantising its fp32 copy gives back exactly
+the file's blocks, tested): measured on SmolLM2, a 4-bit head costs far more perplexity than all the 4-bit
+layers together (benchmarks/engine_vs_llamacpp.py prints the three figures).
 
 Without a working C++ compiler (or if the build fails) the engine warns once and runs the same quantised
 values dequantised to fp32 through the ordinary GEMM: same weights, fp32 speed, never a crash (and oneDNN's

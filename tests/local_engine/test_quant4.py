@@ -254,6 +254,12 @@ def test_smollm2_q4_loads_the_files_blocks_directly(smol_q4: Engine, smol_engine
     # the q/k blocks were reordered by llama.cpp's rope permutation; the overlay found and undid it
     q = state["model.layers.0.self_attn.q_proj.weight"]
     assert isinstance(q, RowQuant) and q.shape == (576, 576)
+    # the file's tied embedding is Q8_0: an 8-bit head (quantize_lm_head) requantises its fp32 copy to exactly
+    # the file's blocks, so that head, too, runs the file's own values
+    embd = next(t for t in gguf.GGUFReader(str(files.source)).tensors if t.name == "token_embd.weight")
+    blocks = decode_gguf_blocks("Q8_0", embd.data, (49152, 576))
+    again = quantize_q8(state["model.embed_tokens.weight"])
+    assert torch.equal(again.q, blocks.q) and torch.equal(again.d, blocks.d)
 
 
 @pytest.mark.model
