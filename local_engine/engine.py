@@ -207,8 +207,11 @@ class Engine:
             from parley.local_engine.gguf_weights import overlay
 
             # the file's Q4_x / Q8_0 layer blocks replace their dequantised copies (gguf_weights.py)
-            overlay(files.source, state, config.quantization, num_heads=arch.num_heads,
-                    num_kv_heads=arch.num_kv_heads)
+            try:
+                overlay(files.source, state, config.quantization, num_heads=arch.num_heads,
+                        num_kv_heads=arch.num_kv_heads)
+            except (ValueError, OSError, KeyError, IndexError) as exc:  # gguf's reader on a damaged file
+                raise ModelLoadError(f"cannot read the quantised blocks of {files.source}: {exc}") from exc
         # Weights are checked before the tokenizer is read (a bad tensor is named, whatever the tokenizer);
         # only a quantized load needs it first, for its calibration prompt.
         tokenizer = loader.load_tokenizer(files.folder) if config.quantization is not None else None
