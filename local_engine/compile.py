@@ -109,7 +109,7 @@ def unsupported_reason(model: Any) -> str | None:
     if any(L.window is not None or L.sinks is not None or L.moe is not None for L in layers):
         return "sliding windows, attention sinks and MoE layers keep the eager step"
     if not all(isinstance(g, (WeightGemm, Int8Gemm)) for g in (model.gemm, model.head_gemm)):
-        return "an unknown GEMM kind"
+        return "only fp32 and int8 GEMMs are compiled (q4/q8 run parley's own C++ kernel, eager)"
     if cpp_compiler() is None:
         return "no C++ compiler on PATH (Inductor's CPU backend needs one: install g++ or set $CXX)"
     return None
