@@ -32,6 +32,7 @@ from parley.protocol.errors import (
     UnsupportedPartError,
 )
 from parley.protocol.events import (
+    AgentToolEvent,
     ErrorEvent,
     Event,
     MessageEnd,
@@ -46,6 +47,7 @@ from parley.protocol.tool_spec import ToolSpec
 from parley.protocol.usage import Usage
 
 __all__ = [
+    "AgentToolEvent",
     "Attachment",
     "BlobIntegrityError",
     "BlobStore",

@@ -84,7 +84,7 @@ class ErrorEvent(_Event):
     message: str
 
 
-Event = Annotated[
+PlainEvent = Annotated[
     TextDelta
     | ReasoningDelta
     | ToolCallStart
@@ -94,5 +94,41 @@ Event = Annotated[
     | UsageEvent
     | ToolCallRepeated
     | ErrorEvent,
+    Field(discriminator="kind"),
+]
+"""Every event a run's own model turns and tool calls produce (what an `AgentToolEvent` carries)."""
+
+
+class AgentToolEvent(_Event):
+    """An event of an agent running as a tool (`Agent.as_tool`) inside a streamed parent run.
+
+    `event` is the event exactly as the child run produced it (a text or reasoning delta, a tool
+    call's start/delta/end, a tool result as a tool `MessageEnd`, usage, ...). `path` is the chain of
+    call ids from the streamed run down to the run that produced it: ``[parent_call_id]`` for a
+    child, ``[parent_call_id, child_call_id]`` for a grandchild — the prefix of the `path` an
+    `Interruption` raised in that run carries. `agent` names the agent that produced it. Nested
+    children arrive as one `AgentToolEvent` with the full path, never as wrappers of wrappers.
+
+    A child's `UsageEvent`s come wrapped too, so summing the top-level `UsageEvent`s of a stream
+    gives the parent's own usage; `RunResult.usage` is the parent's plus its children's.
+    """
+
+    kind: Literal["agent_tool"] = "agent_tool"
+    path: list[str]
+    agent: str
+    event: PlainEvent
+
+
+Event = Annotated[
+    TextDelta
+    | ReasoningDelta
+    | ToolCallStart
+    | ToolCallDelta
+    | ToolCallEnd
+    | MessageEnd
+    | UsageEvent
+    | ToolCallRepeated
+    | ErrorEvent
+    | AgentToolEvent,
     Field(discriminator="kind"),
 ]

@@ -30,7 +30,7 @@ from parley._history_run import shape_history
 from parley._run_controls import RunControls
 from parley._run_tools import ToolRunner
 from parley._run_turn import EventSink, take_turn, unique_call_ids
-from parley.agent_tool import take_link
+from parley.agent_tool import forward_events, take_link
 from parley.backends.base import ModelRequest
 from parley.compaction import still_valid
 from parley.errors import MaxTurnsExceeded, OutputValidationError
@@ -89,6 +89,8 @@ class RunLoop:
         self.controls: RunControls | None = None
         """Hooks, guardrails, handoffs, agent tools, dynamic instructions (None: the agent uses none)."""
         link = take_link()  # set when this run is an agent tool's child run
+        if link is not None and self.emit is None:
+            self.emit = forward_events(link, self)  # a streaming parent streams its children too
         if agent.controlled or link is not None or state.current_agent is not None:  # (after a handoff)
             self.controls = self.tool_runner.controls = RunControls(self, link)
 

@@ -379,7 +379,10 @@ class Agent(Generic[OutputT, DepsT]):
         session: Session | None = None,
     ) -> AsyncIterator[Event | RunResult[OutputT]]:
         """Yield the run's events as they happen (model deltas, tool results as tool `MessageEnd`s),
-        then the `RunResult` as the last item."""
+        then the `RunResult` as the last item.
+
+        While an agent used as a tool (`as_tool`) runs, its events come too, each unchanged inside a
+        `parley.protocol.AgentToolEvent` naming the agent and the path of call ids down to it."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
         done = object()
 

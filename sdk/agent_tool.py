@@ -28,8 +28,12 @@ gives the parent's model an error result naming the failure; a parent's limit, a
 hook error stops the whole run. `output_extractor(result)` (sync or async) turns the child's
 `RunResult` into the text the parent's model reads; by default a str answer as is, anything else as
 JSON. Each run of an agent as a tool is a new conversation for the child (it sees only ``input``).
-A streaming parent (`run_stream`) streams the child's answer as the tool's result; the child's own
-deltas are not forwarded.
+A streaming parent (`run_stream`) streams the child too: while the child runs, the parent's stream
+yields each of the child's events (text and reasoning deltas, tool calls, tool results, usage ...)
+unchanged inside an `AgentToolEvent` tagged with the child agent's name and the path of call ids
+leading to it (``["ask_1"]``; a grandchild's ``["ask_1", "call_3"]``, the prefix of its
+interruptions' paths), then the child's answer as the tool's result. Resumes stream the same way;
+a non-streamed `run` is unchanged, and the `RunResult` and usage are the same either way.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from parley.errors import AgentError, GuardrailTripped, HookError, UsageLimitExceeded
-from parley.protocol import ToolCall, ToolResult
+from parley.protocol import AgentToolEvent, ToolCall, ToolResult
 from parley.run_state import Interruption, RunState
 from parley.tools import Tool, ToolArgumentError, ToolContext, ToolError
 from parley.tools.policy import NeedsApproval
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
     from parley._run_controls import RunControls
     from parley._run_loop import RunLoop
     from parley._run_tools import Checkpoint, ToolRunner
+    from parley._run_turn import EventSink
     from parley.agent import Agent
     from parley.result import RunResult
 
@@ -65,6 +70,8 @@ class RunLink:
 
     parent: RunLoop
     call_id: str
+    name: str
+    """The agent tool's name (the child's name where the agent has none)."""
     taken: bool = False
 
 
@@ -78,6 +85,27 @@ def take_link() -> RunLink | None:
         return None
     link.taken = True
     return link
+
+
+def forward_events(link: RunLink, child: RunLoop) -> EventSink | None:
+    """The child run's event sink when its parent streams (else None): each event goes up tagged.
+
+    An event that is already an `AgentToolEvent` (a grandchild's) gets this call's id in front of
+    its path; any other is the child's own and is wrapped with ``[call_id]`` and the child's name
+    (the agent running now: a handoff inside the child changes it).
+    """
+    parent_emit = link.parent.emit
+    if parent_emit is None:
+        return None
+
+    async def emit(event: Any) -> None:
+        if isinstance(event, AgentToolEvent):
+            tagged = AgentToolEvent(path=[link.call_id, *event.path], agent=event.agent, event=event.event)
+        else:
+            tagged = AgentToolEvent(path=[link.call_id], agent=child.agent.name or link.name, event=event)
+        await parent_emit(tagged)
+
+    return emit
 
 
 def mark_outer(error: UsageLimitExceeded) -> UsageLimitExceeded:
@@ -175,7 +203,7 @@ async def run_agent_call(
         start: dict[str, Any] = {"input": arguments["input"], "tenant": state.tenant}
     else:
         start = {"state": child_state}
-    token = _LINK.set(RunLink(parent=controls.loop, call_id=call.id))
+    token = _LINK.set(RunLink(parent=controls.loop, call_id=call.id, name=tool.name))
     try:
         running = tool.agent.run(
             **start, deps=context.deps, checkpoint=child_checkpoint if checkpoint is not None else None

@@ -246,3 +246,210 @@ async def test_two_paused_children_of_one_batch_never_cross_talk(tmp_path: Path)
     assert done.output == "both handled" and lines(counter) == ["t mail_1"]
     answers = {r.call_id: r.content for m in done.messages for r in m.tool_results}
     assert answers == {"ask_1": "Mailer: sent to ada@example.com", "ask_2": "Mailer: Not Bo."}
+
+
+# -- a streaming parent streams its children ------------------------------------------------------------
+
+
+def _assistant(parts: list[Any], usage: Usage) -> Any:
+    from parley.backends import ModelResponse
+    from parley.protocol import Message, Role
+
+    message = Message(role=Role.ASSISTANT, parts=parts)
+    finish = "tool_calls" if message.tool_calls else "stop"
+    return ModelResponse(messages=[message], usage=usage, finish_reason=finish, model="scripted")
+
+
+def _researcher() -> tuple[Agent[str], ScriptedBackend]:
+    """A child that reasons, calls `lookup`, then answers in three text pieces."""
+    from parley.protocol import ReasoningPart, TextPart
+
+    @tool
+    def lookup(city: str) -> str:
+        """Weather.
+
+        Args:
+            city: City.
+        """
+        return f"4 C in {city}"
+
+    child_backend = ScriptedBackend(
+        [
+            _assistant(
+                [ReasoningPart(text="Need the weather."), call("lookup", {"city": "Oslo"}, id="look_1")], CHILD_USAGE
+            ),
+            _assistant([TextPart(text="It is "), TextPart(text="4 C "), TextPart(text="in Oslo.")], CHILD_USAGE),
+        ]
+    )
+    return Agent(child_backend, name="researcher", tools=[lookup]), child_backend
+
+
+def _researcher_agents() -> tuple[Agent[str], ScriptedBackend, ScriptedBackend]:
+    """A parent asking the researcher."""
+    child, child_backend = _researcher()
+    parent_backend = ScriptedBackend(
+        [
+            ScriptedTurn(tool_calls=[call("researcher", {"input": "Oslo weather?"}, id="ask_1")], usage=PARENT_USAGE),
+            ScriptedTurn(text="Researcher says 4 C.", usage=PARENT_USAGE),
+        ]
+    )
+    return Agent(parent_backend, name="assistant", tools=[child.as_tool()]), parent_backend, child_backend
+
+
+async def _streamed(agent: Agent[Any], **kwargs: Any) -> tuple[list[Any], Any]:
+    from parley import RunResult
+
+    items = [item async for item in agent.run_stream(**kwargs)]
+    assert isinstance(items[-1], RunResult) and not any(isinstance(i, RunResult) for i in items[:-1])
+    return items[:-1], items[-1]
+
+
+def _same_result(streamed: Any, plain: Any) -> None:
+    assert streamed.output == plain.output and streamed.paused == plain.paused
+    assert streamed.usage == plain.usage
+    assert streamed.messages == plain.messages
+    assert streamed.interruptions == plain.interruptions
+    assert _untraced(streamed.state.model_dump()) == _untraced(plain.state.model_dump())
+
+
+def _untraced(value: Any) -> Any:
+    """A dumped state without its trace ids (fresh per run, children's too)."""
+    if isinstance(value, dict):
+        return {k: _untraced(v) for k, v in value.items() if k != "trace_id"}
+    if isinstance(value, list):
+        return [_untraced(v) for v in value]
+    return value
+
+
+async def test_a_streamed_parent_yields_the_childs_events_tagged_with_path_and_name() -> None:
+    from parley.protocol import (
+        AgentToolEvent,
+        MessageEnd,
+        ReasoningDelta,
+        Role,
+        TextDelta,
+        ToolCallEnd,
+        UsageEvent,
+    )
+
+    parent, _, child_backend = _researcher_agents()
+    events, result = await _streamed(parent, input="Oslo weather?")
+
+    tagged = [e for e in events if isinstance(e, AgentToolEvent)]
+    assert tagged and all(e.path == ["ask_1"] and e.agent == "researcher" for e in tagged)
+    inner = [e.event for e in tagged]
+    assert [e.kind for e in inner] == [
+        "reasoning_delta", "tool_call_start", "tool_call_delta", "tool_call_end", "message_end", "usage",
+        "message_end",  # lookup's result
+        "text_delta", "text_delta", "text_delta", "message_end", "usage",
+    ]  # fmt: skip
+    assert [e.text for e in inner if isinstance(e, TextDelta)] == ["It is ", "4 C ", "in Oslo."]
+    assert [e.text for e in inner if isinstance(e, ReasoningDelta)] == ["Need the weather."]
+    assert [e.call.name for e in inner if isinstance(e, ToolCallEnd)] == ["lookup"]
+    tool_results = [e for e in inner if isinstance(e, MessageEnd) and e.message.role is Role.TOOL]
+    assert [r.message.tool_results[0].content for r in tool_results] == ["4 C in Oslo"]
+    assert [e.usage for e in inner if isinstance(e, UsageEvent)] == [CHILD_USAGE, CHILD_USAGE]
+
+    # the child's events come after the parent's call of it, before the parent sees the child's answer
+    at = [i for i, e in enumerate(events) if isinstance(e, AgentToolEvent)]
+    first, last = at[0], at[-1]
+    assert at == list(range(first, last + 1))  # one uninterrupted run of the child's events
+    before, after = events[:first], events[last + 1 :]
+    assert [e.kind for e in before[-3:]] == ["tool_call_end", "message_end", "usage"]  # the parent's turn
+    assert isinstance(before[-3], ToolCallEnd) and before[-3].call.id == "ask_1"
+    answer = next(e for e in after if isinstance(e, MessageEnd))
+    assert answer.message.role is Role.TOOL and answer.message.tool_results[0].content == "It is 4 C in Oslo."
+    # top-level usage events are the parent's own; the result adds the child's, counted once
+    assert [e.usage for e in events if isinstance(e, UsageEvent)] == [PARENT_USAGE, PARENT_USAGE]
+    assert result.usage == PARENT_USAGE + PARENT_USAGE + CHILD_USAGE + CHILD_USAGE
+    assert len(child_backend.requests) == 2
+
+    again, _ = await _streamed(_researcher_agents()[0], input="Oslo weather?")
+    assert [e.model_dump() for e in again] == [e.model_dump() for e in events]  # deterministic order
+    _same_result(result, await _researcher_agents()[0].run("Oslo weather?"))
+
+
+def test_the_agent_tool_event_is_an_event_that_round_trips() -> None:
+    from pydantic import TypeAdapter
+
+    from parley.protocol import AgentToolEvent, Event, TextDelta
+
+    tagged = AgentToolEvent(path=["ask_1", "call_3"], agent="helper", event=TextDelta(text="hi"))
+    adapter: TypeAdapter[Any] = TypeAdapter(Event)
+    assert adapter.validate_json(adapter.dump_json(tagged)) == tagged
+
+
+def _nested_agents() -> Agent[str]:
+    """parent -> planner (agent tool) -> researcher (agent tool of the planner)."""
+    researcher, _ = _researcher()
+    planner_backend = ScriptedBackend(
+        [
+            ScriptedTurn(tool_calls=[call("researcher", {"input": "Oslo?"}, id="plan_1")], usage=CHILD_USAGE),
+            ScriptedTurn(text="Plan: pack a coat.", usage=CHILD_USAGE),
+        ]
+    )
+    planner = Agent(planner_backend, name="planner", tools=[researcher.as_tool()])
+    parent_backend = ScriptedBackend(
+        [
+            ScriptedTurn(tool_calls=[call("planner", {"input": "Trip to Oslo"}, id="ask_1")], usage=PARENT_USAGE),
+            ScriptedTurn(text="Pack a coat.", usage=PARENT_USAGE),
+        ]
+    )
+    return Agent(parent_backend, name="assistant", tools=[planner.as_tool()])
+
+
+async def test_a_grandchilds_events_carry_the_two_level_path() -> None:
+    from parley.protocol import AgentToolEvent, MessageEnd, Role, TextDelta
+
+    events, result = await _streamed(_nested_agents(), input="Trip to Oslo")
+    tagged = [e for e in events if isinstance(e, AgentToolEvent)]
+    by_agent = {name: [e for e in tagged if e.agent == name] for name in ("planner", "researcher")}
+    assert len(tagged) == len(by_agent["planner"]) + len(by_agent["researcher"])
+    assert all(e.path == ["ask_1"] for e in by_agent["planner"])
+    assert all(e.path == ["ask_1", "plan_1"] for e in by_agent["researcher"])
+    assert all(not isinstance(e.event, AgentToolEvent) for e in tagged)  # one wrapper, the full path
+    texts = [(e.agent, e.event.text) for e in tagged if isinstance(e.event, TextDelta)]
+    assert texts == [
+        ("researcher", "It is "), ("researcher", "4 C "), ("researcher", "in Oslo."), ("planner", "Plan: pack a coat.")
+    ]  # fmt: skip
+    # the researcher's events sit between the planner's call of it and the planner's record of its answer
+    planner_results = [
+        i for i, e in enumerate(tagged)
+        if e.agent == "planner" and isinstance(e.event, MessageEnd) and e.event.message.role is Role.TOOL
+    ]  # fmt: skip
+    researcher_at = [i for i, e in enumerate(tagged) if e.agent == "researcher"]
+    assert planner_results == [researcher_at[-1] + 1]
+    assert result.output == "Pack a coat."
+    assert result.usage == PARENT_USAGE + PARENT_USAGE + CHILD_USAGE + CHILD_USAGE + CHILD_USAGE + CHILD_USAGE
+    _same_result(result, await _nested_agents().run("Trip to Oslo"))
+
+
+async def test_a_child_pausing_inside_a_streamed_parent_surfaces_and_resumes(tmp_path: Path) -> None:
+    from parley.protocol import AgentToolEvent, MessageEnd, Role, TextDelta, ToolCallEnd
+
+    counter = tmp_path / "sent.log"
+    events, paused = await _streamed(mail_agents(counter)[0], input="Tell Ada the report is late")
+    assert paused.paused and not lines(counter)
+    [item] = paused.interruptions
+    assert item.path == ["ask_1", "mail_1"] and item.agent == "mailer"
+    tagged = [e for e in events if isinstance(e, AgentToolEvent)]
+    assert all(e.path == ["ask_1"] and e.agent == "mailer" for e in tagged)
+    assert [e.event.call.id for e in tagged if isinstance(e.event, ToolCallEnd)] == ["mail_1"]
+    plain = await mail_agents(tmp_path / "plain.log")[0].run("Tell Ada the report is late")
+    _same_result(paused, plain)
+
+    state = RunState.from_json(paused.state.to_json())
+    state.approve(item.call_id)
+    events, done = await _streamed(mail_agents(counter)[0], state=state)
+    assert done.output == "Done. Mailer: sent to ada@example.com" and not done.paused
+    assert lines(counter) == ["main mail_1"]
+    tagged = [e for e in events if isinstance(e, AgentToolEvent)]
+    assert all(e.path == ["ask_1"] and e.agent == "mailer" for e in tagged)
+    sent = [e.event for e in tagged if isinstance(e.event, MessageEnd) and e.event.message.role is Role.TOOL]
+    assert [m.message.tool_results[0].content for m in sent] == ["sent to ada@example.com"]
+    assert [e.event.text for e in tagged if isinstance(e.event, TextDelta)] == ["Mailer: sent to ada@example.com"]
+    assert done.usage == PARENT_USAGE + PARENT_USAGE + CHILD_USAGE + CHILD_USAGE
+
+    plain_state = RunState.from_json(plain.state.to_json())
+    plain_state.approve(item.call_id)
+    _same_result(done, await mail_agents(tmp_path / "plain.log")[0].run(state=plain_state))
