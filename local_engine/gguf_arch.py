@@ -7,10 +7,12 @@ computation, so `plan` reads the metadata first (cheap: the file is memory-mappe
   `expert_feed_forward_length` -> `moe_intermediate_size` for Qwen3-MoE) as config overrides for the load;
 - translates rope scaling (`rope.scaling.*`: linear, YaRN; llama.cpp's `rope_freqs` factor tensor back to
   llama3 parameters, verified to reproduce every factor) into the config.json the conversion writes;
-- refuses, naming it, any architecture parley cannot load through this reader (gpt-oss: its expert tensors
-  are not mapped; `mistral`: gguf-py has no tensor names for it — llama.cpp writes Mistral as `llama`) and any
-  key it does not understand. After the load, `check_loaded` refuses GGUF tensors the reader dropped and
-  model weights it left at their random initialisation.
+- refuses, naming it, any architecture parley cannot load through this reader (`mistral`: gguf-py has no
+  tensor names for it — llama.cpp writes Mistral as `llama`) and any key it does not understand. After the
+  load, `check_loaded` refuses GGUF tensors the reader dropped and model weights it left at their random
+  initialisation.
+gpt-oss files are not given to transformers' reader at all (it does not map their expert tensors): parley
+reads them itself (gguf_gpt_oss.py); `plan` checks their metadata the same way, before any conversion.
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ from parley.local_engine.errors import ModelLoadError
 
 # GGUF general.architecture -> the HF model_type transformers' reader builds (and parley serves).
 SUPPORTED = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3_moe"}
+DIRECT = {"gpt-oss": "gpt_oss"}  # read by parley itself (gguf_gpt_oss.py), not by transformers' reader
 REFUSED = {
-    "gpt-oss": "transformers' GGUF reader does not map gpt-oss's expert tensors (ffn_gate_exps, ffn_up_exps, "
-    "ffn_down_exps and their biases), so its experts would be left random; load the HF folder instead",
     "mistral": "gguf-py names no tensors for a 'mistral' architecture (llama.cpp writes Mistral models as "
     "'llama'), so transformers' GGUF reader cannot load it",
 }
@@ -34,6 +35,7 @@ REFUSED = {
 _READ = {"context_length", "block_count", "feed_forward_length", "embedding_length", "rope.freq_base",
          "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon", "vocab_size"}
 _MOE = {"expert_count", "expert_used_count", "expert_feed_forward_length"}
+_TOKEN_IDS = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id"}
 _HANDLED = {"rope.dimension_count", "attention.key_length", "attention.value_length", "rope.scaling.type",
             "rope.scaling.factor", "rope.scaling.original_context_length", "rope.scaling.finetuned"}
 
@@ -49,6 +51,8 @@ class GGUFPlan:
     tensor_names: list[str] = field(default_factory=list)
     read_here: set[str] = field(default_factory=set)
     """GGUF tensors read by `plan` itself (not by transformers' reader)."""
+    direct: Any = None
+    """For an architecture parley reads itself (`DIRECT`): its `gguf_gpt_oss.GptOssGGUF`."""
 
 
 def _value(field_: Any) -> Any:
@@ -62,7 +66,8 @@ def plan(path: Path) -> GGUFPlan:
         from gguf import GGUFReader
 
         reader = GGUFReader(str(path))
-        fields = {k: _value(f) for k, f in reader.fields.items() if not k.startswith("tokenizer.")}
+        fields = {k: _value(f) for k, f in reader.fields.items()
+                  if not k.startswith("tokenizer.") or k in _TOKEN_IDS}
         tensors = {t.name: t for t in reader.tensors}
     except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: any parse failure
         raise ModelLoadError(f"could not read GGUF {path}: {exc}") from exc
@@ -70,11 +75,18 @@ def plan(path: Path) -> GGUFPlan:
     name = fields.get("general.name")
     if arch == "llama" and name == "mistral":  # transformers then builds a 'mistral' model it cannot map
         arch = "mistral"
+    if arch in DIRECT:
+        from parley.local_engine import gguf_gpt_oss
+
+        direct = GGUFPlan(arch, DIRECT[arch], tensor_names=list(tensors))
+        direct.direct = gguf_gpt_oss.read_config(fields, tensors, path.name)
+        return direct
     if arch in REFUSED:
         raise ModelLoadError(f"GGUF {path.name}: architecture {arch!r} is not supported: {REFUSED[arch]}")
     if arch not in SUPPORTED:
         raise ModelLoadError(
-            f"GGUF {path.name}: architecture {arch!r} is not supported (supported: {', '.join(sorted(SUPPORTED))})"
+            f"GGUF {path.name}: architecture {arch!r} is not supported (supported: "
+            f"{', '.join(sorted({*SUPPORTED, *DIRECT}))})"
         )
     p = GGUFPlan(arch, SUPPORTED[arch], tensor_names=list(tensors))
     meta = {k[len(arch) + 1 :]: v for k, v in fields.items() if k.startswith(arch + ".")}

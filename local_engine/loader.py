@@ -166,43 +166,19 @@ def _stale(folder: Path, path: Path) -> bool:
 
 def _convert_gguf(path: Path, folder: Path, digest: str) -> None:
     """Dequantise `path` into a HF folder at `folder` (written to a temp dir, then renamed: never half-written)."""
-    import torch
-    from safetensors.torch import save_file
-    from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from parley.local_engine import gguf_arch
 
     plan = gguf_arch.plan(path)  # refuses what transformers' reader would drop or get wrong, before converting
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=folder.parent))
     try:
-        with tqdm(total=4, desc=f"parley: converting {path.name} (first load only)", file=sys.stderr) as bar:
-            try:
-                loaded: Any = AutoModelForCausalLM.from_pretrained(
-                    str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True,
-                    output_loading_info=True, **plan.load_kwargs,
-                )
-                hf, info = loaded
-            except Exception as exc:  # noqa: BLE001 - any parse failure is a load error for the user
-                raise ModelLoadError(f"could not read GGUF {path}: {exc}") from exc
-            gguf_arch.check_loaded(plan, hf, info, path.name)
-            bar.update(1)
-            state = {k: v.detach().contiguous() for k, v in hf.state_dict().items()}
-            if getattr(hf.config, "tie_word_embeddings", False):
-                state.pop("lm_head.weight", None)
-            save_file(state, str(tmp / "model.safetensors"))
-            bar.update(1)
-            cfg: dict[str, Any] = hf.config.to_dict()
-            cfg.pop("quantization_config", None)
-            if plan.rope_parameters is not None:
-                cfg["rope_parameters"] = plan.rope_parameters
-            (tmp / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
-            hf.generation_config.save_pretrained(str(tmp))
-            bar.update(1)
-            tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-            tok.save_pretrained(str(tmp))
-            bar.update(1)
+        if plan.direct is not None:  # gpt-oss: read by parley itself, not by transformers' reader
+            from parley.local_engine import gguf_gpt_oss
+
+            print(f"parley: converting {path.name} (first load only)", file=sys.stderr)
+            gguf_gpt_oss.convert(path, tmp, plan.direct)
+        else:
+            _convert_with_transformers(path, tmp, plan)
         (tmp / _COMPLETE).write_text(json.dumps({"source": str(path), "sha256": digest, "converter": _CONVERTER}))
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)
@@ -210,6 +186,43 @@ def _convert_gguf(path: Path, folder: Path, digest: str) -> None:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _convert_with_transformers(path: Path, tmp: Path, plan: Any) -> None:
+    """Dequantise `path` with transformers' GGUF reader into the HF folder `tmp` (checked by `plan`)."""
+    import torch
+    from safetensors.torch import save_file
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from parley.local_engine import gguf_arch
+
+    with tqdm(total=4, desc=f"parley: converting {path.name} (first load only)", file=sys.stderr) as bar:
+        try:
+            loaded: Any = AutoModelForCausalLM.from_pretrained(
+                str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True,
+                output_loading_info=True, **plan.load_kwargs,
+            )
+            hf, info = loaded
+        except Exception as exc:  # noqa: BLE001 - any parse failure is a load error for the user
+            raise ModelLoadError(f"could not read GGUF {path}: {exc}") from exc
+        gguf_arch.check_loaded(plan, hf, info, path.name)
+        bar.update(1)
+        state = {k: v.detach().contiguous() for k, v in hf.state_dict().items()}
+        if getattr(hf.config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"))
+        bar.update(1)
+        cfg: dict[str, Any] = hf.config.to_dict()
+        cfg.pop("quantization_config", None)
+        if plan.rope_parameters is not None:
+            cfg["rope_parameters"] = plan.rope_parameters
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+        hf.generation_config.save_pretrained(str(tmp))
+        bar.update(1)
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+        tok.save_pretrained(str(tmp))
+        bar.update(1)
 
 
 def load_config(folder: Path) -> dict[str, Any]:

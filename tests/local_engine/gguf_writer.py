@@ -5,6 +5,9 @@ tensor names (`blk.N.attn_q.weight`, `ffn_gate_exps`, `attn_sinks`, ...), the me
 writes (head_dim as `attention.key_length`, expert counts and sizes, sliding window, rope scaling), q/k rows
 permuted for llama-arch files (llama.cpp's `LlamaModel.permute`; transformers' GGUF reader undoes it), MoE
 experts stacked per layer, gpt-oss's interleaved gate/up split in two, and a byte-level BPE vocabulary.
+gpt-oss's expert matrices can be written as MXFP4 (`mxfp4=True`, gguf-py's quantiser, as released gpt-oss
+GGUFs carry them); `round_experts_to_mxfp4` first sets the HF model's experts to values MXFP4 holds exactly,
+so the HF twin computes what the file holds.
 """
 
 from __future__ import annotations
@@ -31,6 +34,27 @@ _TOP = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "out
 def permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp's `LlamaModel.permute`: each head's rotary halves interleaved (GPT-J order)."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _mxfp4_round_trip(w: np.ndarray) -> np.ndarray:
+    """`w` (rows of a multiple of 32 values) through gguf-py's MXFP4 quantiser and back."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    q = quantize(np.ascontiguousarray(w, dtype=np.float32), GGMLQuantizationType.MXFP4)
+    return np.asarray(dequantize(q, GGMLQuantizationType.MXFP4)).reshape(w.shape)
+
+
+def round_experts_to_mxfp4(hf: Any) -> None:
+    """Set a gpt-oss model's expert matrices (in place) to their MXFP4 values, in llama.cpp's block layout
+    (32 consecutive inputs of one output share a scale)."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):  # [E, in, out]
+                rows = p.detach().float().numpy().transpose(0, 2, 1)  # [E, out, in]: llama.cpp's rows
+                p.copy_(torch.from_numpy(_mxfp4_round_trip(rows).transpose(0, 2, 1).copy()))
 
 
 def gguf_tensors(hf: Any, arch: str) -> Iterator[tuple[str, np.ndarray]]:
@@ -74,8 +98,10 @@ def gguf_tensors(hf: Any, arch: str) -> Iterator[tuple[str, np.ndarray]]:
         yield f"{blk}.{gguf_module}.{kind}", w
 
 
-def write_gguf(hf: Any, path: Path, *, name: str, arch: str | None = None, vocab_size: int | None = None) -> int:
-    """`hf` as an fp32 GGUF at `path`; returns the end-of-sequence token id (the vocabulary's last)."""
+def write_gguf(hf: Any, path: Path, *, name: str, arch: str | None = None, vocab_size: int | None = None,
+               mxfp4: bool = False) -> int:
+    """`hf` as an fp32 GGUF at `path` (gpt-oss's expert matrices as MXFP4 if `mxfp4`); returns the
+    end-of-sequence token id (the vocabulary's last)."""
     import pytest
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
@@ -114,7 +140,7 @@ def write_gguf(hf: Any, path: Path, *, name: str, arch: str | None = None, vocab
     elif kind == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope["factor"])
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE if mxfp4 else gguf.LlamaFileType.ALL_F32)
 
     n_vocab = vocab_size or c.vocab_size
     byte_symbols = list(bytes_to_unicode().values())
@@ -142,7 +168,13 @@ def write_gguf(hf: Any, path: Path, *, name: str, arch: str | None = None, vocab
                            np.where(wavelen > old / lo, rope["factor"], 1 / ((1 - smooth) / rope["factor"] + smooth)))
         w.add_tensor("rope_freqs.weight", factors.astype(np.float32))
     for tensor_name, array in gguf_tensors(hf, arch):
-        w.add_tensor(tensor_name, array)
+        if mxfp4 and tensor_name.endswith("_exps.weight"):
+            q = gguf.quants.quantize(array, gguf.GGMLQuantizationType.MXFP4)
+            assert np.array_equal(gguf.quants.dequantize(q, gguf.GGMLQuantizationType.MXFP4).reshape(array.shape),
+                                  array), f"{tensor_name}: not MXFP4 values (round_experts_to_mxfp4 first)"
+            w.add_tensor(tensor_name, q, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        else:
+            w.add_tensor(tensor_name, array)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

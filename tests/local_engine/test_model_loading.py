@@ -24,7 +24,7 @@ from tests.local_engine.families import (
     parity,
     prompts_of,
 )
-from tests.local_engine.gguf_writer import write_gguf
+from tests.local_engine.gguf_writer import round_experts_to_mxfp4, write_gguf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -196,8 +196,14 @@ def test_a_missing_misshapen_or_unused_tensor_is_named(family: str, edit: Any, m
 # -- GGUF ----------------------------------------------------------------------------------------------
 # Each family transformers' GGUF reader loads, written as llama.cpp writes it (gguf_writer.py): Llama with
 # default, llama3 (llama.cpp's rope_freqs tensor) and linear rope, Mistral (an arch 'llama' file), Qwen2.5,
-# Qwen3 (and with YaRN rope) and Qwen3-MoE (every layer MoE: llama.cpp's qwen3moe has no dense layers).
+# Qwen3 (and with YaRN rope) and Qwen3-MoE (every layer MoE: llama.cpp's qwen3moe has no dense layers); and
+# gpt-oss, which parley reads itself (gguf_gpt_oss.py), with fp32 and with MXFP4 experts. A gpt-oss GGUF has
+# no field for the SwiGLU limit (llama.cpp hard-codes gpt-oss's 7.0), so the twin has 7.0, and its experts'
+# gate/up weights are scaled up so that the clamps at 7 bite (they change the logits).
+GPT_OSS_GGUF = {"swiglu_limit": 7.0}
 GGUF_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "gpt-oss": ("gpt-oss", GPT_OSS_GGUF),
+    "gpt-oss-mxfp4": ("gpt-oss", GPT_OSS_GGUF),
     "llama": ("llama3", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
     "llama3-rope": ("llama3", {}),
     "llama3-rope-unscaled": ("llama3", {"rope_parameters": {**LLAMA3_ROPE, "factor": 1.0}}),  # rope_freqs all 1
@@ -217,8 +223,16 @@ def test_a_gguf_round_trip_loads_and_matches_its_hf_twin(tmp_path: Path, monkeyp
     monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path / "cache"))
     base, overrides = GGUF_FAMILIES[family]
     hf = hf_model(base, **overrides)
+    mxfp4 = family.endswith("-mxfp4")
+    if base == "gpt-oss":
+        with torch.no_grad():
+            for name, p in hf.named_parameters():
+                if name.endswith("experts.gate_up_proj"):
+                    p.mul_(4.0)
+        if mxfp4:
+            round_experts_to_mxfp4(hf)
     path = tmp_path / f"tiny-{family}.F32.gguf"
-    eos = write_gguf(hf, path, name=f"tiny-{family}")
+    eos = write_gguf(hf, path, name=f"tiny-{family}", mxfp4=mxfp4)
     engine = Engine.from_pretrained(path, device="cpu", dtype="float32", config=SMALL)
     try:
         assert engine.model_name == f"tiny-{family}" and eos in engine.eos_token_ids
@@ -233,6 +247,13 @@ def test_a_gguf_round_trip_loads_and_matches_its_hf_twin(tmp_path: Path, monkeyp
         assert engine.tokenizer.decode(engine.tokenizer.encode("Ab")) == "Ab"
     finally:
         engine.close()
+    if base == "gpt-oss":
+        from parley.local_engine import loader
+
+        cfg = loader.load_config(loader.resolve(path).folder)
+        assert cfg["swiglu_limit"] == 7.0 and cfg["layer_types"] == hf.config.layer_types
+        assert cfg["rope_parameters"] == hf.config.rope_parameters
+        assert ("quantization_config" in cfg) == mxfp4  # MXFP4 experts stay packed in the converted folder
 
 
 def test_a_cache_an_older_converter_wrote_is_converted_again_when_it_would_differ(
@@ -264,8 +285,8 @@ def test_a_cache_an_older_converter_wrote_is_converted_again_when_it_would_diffe
     assert json.loads((kept / "parley-complete.json").read_text())["converter"] >= 2
 
 
-def _with_key(key: str) -> Any:
-    def edit(path: Path, out: Path) -> None:  # rewrite `path` with one more metadata key
+def _with_key(key: str | None, drop: str | None = None) -> Any:
+    def edit(path: Path, out: Path) -> None:  # rewrite `path` with one more metadata key, or one tensor less
         import gguf
 
         reader = gguf.GGUFReader(str(path))
@@ -274,9 +295,11 @@ def _with_key(key: str) -> Any:
             if name.startswith("GGUF.") or name == "general.architecture":
                 continue
             w.add_key_value(name, f.contents(), f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
-        w.add_uint32(key, 8)
+        if key:
+            w.add_uint32(key, 8)
         for t in reader.tensors:
-            w.add_tensor(t.name, np_copy(t.data), raw_dtype=t.tensor_type)
+            if t.name != drop:
+                w.add_tensor(t.name, np_copy(t.data), raw_dtype=t.tensor_type)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
@@ -292,7 +315,12 @@ def np_copy(data: Any) -> Any:
 
 
 REFUSED_GGUF = [
-    ("gpt-oss", "gpt-oss", {}, None, "architecture 'gpt-oss' is not supported: .*expert tensors"),
+    ("gpt-oss-gating-key", "gpt-oss", GPT_OSS_GGUF, "gpt-oss.expert_gating_func",
+     "metadata key 'gpt-oss.expert_gating_func' is not supported"),
+    ("gpt-oss-window-pattern", "gpt-oss", GPT_OSS_GGUF, "gpt-oss.attention.sliding_window_pattern",
+     "'gpt-oss.attention.sliding_window_pattern' = 8 is not gpt-oss's"),
+    ("gpt-oss-no-sinks", "gpt-oss", GPT_OSS_GGUF, "-blk.1.attn_sinks.weight",
+     "tensor 'blk.1.attn_sinks.weight' is missing"),
     ("mistral-arch", "mistral", {"sliding_window": None}, "mistral", "architecture 'mistral' is not supported"),
     ("phi3-arch", "llama3", {}, "phi3", "architecture 'phi3' is not supported"),
     ("llama-biases", "llama-biases", {}, None, "tensor 'blk.0.attn_q.bias' is not read"),
@@ -308,17 +336,19 @@ def test_a_gguf_transformers_cannot_load_faithfully_is_refused_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, family: str, overrides: dict[str, Any],
     arch: str | None, match: str,
 ) -> None:
-    """gpt-oss (transformers' reader leaves its experts random), an arch 'mistral' file (gguf-py has no tensor
-    names for it), an unknown architecture, a GGUF tensor the reader drops, a weight it leaves unset and a
-    metadata key it ignores: each a `ModelLoadError` naming it, and nothing cached."""
+    """An arch 'mistral' file (gguf-py has no tensor names for it), an unknown architecture, a GGUF tensor the
+    reader drops, a weight it leaves unset and a metadata key it ignores; for gpt-oss (read by parley), a key
+    it does not read, a sliding-window pattern that is not llama.cpp's and a missing tensor: each a
+    `ModelLoadError` naming it, and nothing cached."""
     monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path / "cache"))
     hf = hf_model(family, **overrides)
     path = tmp_path / f"{case}.gguf"
-    key = arch if arch and "." in arch else None
-    write_gguf(hf, path, name=case, arch=None if key else arch)
-    if key:
+    drop = arch[1:] if arch and arch.startswith("-") else None  # "-NAME": that tensor left out
+    key = arch if arch and "." in arch and not drop else None
+    write_gguf(hf, path, name=case, arch=None if key or drop else arch)
+    if key or drop:
         edited = tmp_path / f"{case}-edited.gguf"
-        _with_key(key)(path, edited)
+        _with_key(key, drop)(path, edited)
         path = edited
     with pytest.raises(ModelLoadError, match=match):
         Engine.from_pretrained(path, device="cpu", dtype="float32", config=SMALL)
