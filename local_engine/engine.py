@@ -1,10 +1,10 @@
-"""The engine: validated submission, a background step loop, blocking and async front ends.
+"""The engine's public face: loading, validated submission, admission, and blocking and async front ends.
 
-One thread owns the model, the scheduler and every `Sequence`; callers talk to it through a
-thread-safe command queue and receive results through per-request sinks (an asyncio queue fed with
-`call_soon_threadsafe`, or a plain queue for the blocking API), so the asyncio side never blocks and
-never touches engine state. A step: drop requests past their deadline, schedule, run the model,
-sample, append tokens, finish what finished (returning its blocks), emit deltas.
+Everything here runs on the callers' threads. One background thread owns the model, the scheduler and
+every `Sequence`; its step loop is `core.EngineCore`, kept in its own module so that each file holds
+one side of the thread boundary. Callers reach it only through the core's command queue (`add`,
+`abort`, `stop`) and receive results through per-request sinks; the admission counts both threads
+change sit in `core.Admission`, under its lock.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import dataclasses
 import itertools
 import os
 import queue
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from collections.abc import Sequence as Seq
 from typing import Any
 
@@ -26,29 +25,27 @@ import torch
 from parley.local_engine import loader
 from parley.local_engine.block_manager import BlockManager, release_window
 from parley.local_engine.config import EngineConfig, SamplingParams
+from parley.local_engine.core import Admission, EngineCore, Sink
 from parley.local_engine.errors import (
     AdmissionError,
     EngineConfigError,
     EngineError,
     InvalidRequestError,
     ModelLoadError,
-    RequestAborted,
 )
 from parley.local_engine.hooks import ComposedHook, TokenHook
 from parley.local_engine.models import registry
 from parley.local_engine.models.decoder import DecoderModel
-from parley.local_engine.outputs import GenerationOutput, StreamDelta, TokenLogprob
+from parley.local_engine.outputs import GenerationOutput, StreamDelta
 from parley.local_engine.quant import calibration_ids, check_quantization, quantization_unavailable_reason
 from parley.local_engine.runner import CausalLM, ModelRunner
 from parley.local_engine.sampler import Sampler
-from parley.local_engine.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
+from parley.local_engine.scheduler import Scheduler
 from parley.local_engine.sequence import Sequence
 from parley.local_engine.speculative import NgramDrafter
 from parley.local_engine.step_timer import StepTimer
-from parley.local_engine.threads import DecodeThreads, omp_set_num_threads
+from parley.local_engine.threads import DecodeThreads
 
-Sink = Callable[[Any], None]
-_DEADLINE = "deadline"
 _POLL_S = 0.25  # how often a waiting caller checks that the step loop is still alive
 
 
@@ -121,12 +118,12 @@ class Engine:
         self.eos_token_ids = eos_token_ids
         self.device = model.device
         self.dtype = model.dtype
-        self._num_threads = cfg.num_threads or _usable_cores()
+        num_threads = cfg.num_threads or _usable_cores()
         if self.device.type == "cpu" and hasattr(model, "gemm_threads"):
-            model.gemm_threads = self._num_threads
+            model.gemm_threads = num_threads
         self.decode_threads: DecodeThreads | None = None
         if self.device.type == "cpu" and hasattr(model, "gemm_threads") and cfg.adaptive_threads:
-            self.decode_threads = DecodeThreads(self._num_threads)
+            self.decode_threads = DecodeThreads(num_threads)
         num_blocks = cfg.num_kv_blocks
         if num_blocks is None:
             num_blocks = max(cfg.kv_cache_bytes // (model.kv_bytes_per_token() * cfg.block_size), 4)
@@ -155,21 +152,16 @@ class Engine:
             self.scheduler.drafter = self.drafter.propose
         self.sampler = Sampler(vocab_size, self.device, eos_token_ids)
         self.timer = StepTimer()
-        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._by_id: dict[str, Sequence] = {}  # engine-thread view of live requests
-        self._sinks: dict[str, Sink] = {}
-        self._ids_lock = threading.Lock()
-        self._live_ids: set[str] = set()  # ids submitted and not finished (checked at submission)
-        self._waiting_count = 0
-        self._waiting_tokens = 0  # prompt tokens of requests not yet admitted (deadline estimates)
+        self._admission = Admission()
         self._counter = itertools.count()
         self._closed = False
-        self._steps = 0
-        self._tokens_generated = 0
-        self._failed_steps = 0
-        self._failure: EngineError | None = None  # set once the step loop has died; the engine is then unusable
-        self._thread = threading.Thread(target=self._loop, name="parley-engine", daemon=True)
-        self._thread.start()
+        self._core = EngineCore(
+            model, tokenizer, eos_token_ids=eos_token_ids, block_manager=self.block_manager,
+            scheduler=self.scheduler, runner=self.runner, sampler=self.sampler, timer=self.timer,
+            drafter=self.drafter, decode_threads=self.decode_threads, num_threads=num_threads,
+            admission=self._admission,
+        )
+        self._core.start()
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -270,7 +262,7 @@ class Engine:
 
     def _joining_batch(self) -> int:
         """Sequences a request arriving now would decode alongside (itself included)."""
-        return min(len(self.scheduler.running) + self._waiting_count + 1, self.config.max_num_seqs)
+        return min(len(self.scheduler.running) + self._admission.waiting_count + 1, self.config.max_num_seqs)
 
     def _estimate_s(self, ahead_tokens: int, prompt_tokens: int, max_tokens: int) -> float | None:
         return self.timer.estimate_s(batch=self._joining_batch(), ahead_tokens=ahead_tokens,
@@ -299,34 +291,35 @@ class Engine:
         if deadline_s is not None:
             if not deadline_s > 0:
                 raise InvalidRequestError(f"deadline_s must be > 0, got {deadline_s!r}")
-            est = self._estimate_s(self._waiting_tokens, len(ids), params.max_tokens)
+            est = self._estimate_s(self._admission.waiting_tokens, len(ids), params.max_tokens)
             if est is not None and est > deadline_s:
                 raise AdmissionError(
                     f"request cannot finish within its deadline of {deadline_s:.3f}s (estimated {est:.3f}s)",
                     retry_after_s=max(est - deadline_s, 0.0),
                 )
-        with self._ids_lock:
-            if self._waiting_count >= self.config.max_waiting:
-                est = self._estimate_s(self._waiting_tokens, 0, 0)
+        adm = self._admission
+        with adm.lock:
+            if adm.waiting_count >= self.config.max_waiting:
+                est = self._estimate_s(adm.waiting_tokens, 0, 0)
                 raise AdmissionError(
                     f"the waiting queue is full ({self.config.max_waiting} requests)", retry_after_s=est or 1.0
                 )
-            if rid in self._live_ids:
+            if rid in adm.live_ids:
                 raise InvalidRequestError(f"request id {rid!r} is already in flight")
-            self._live_ids.add(rid)
-            self._waiting_count += 1
-            self._waiting_tokens += len(ids)
+            adm.live_ids.add(rid)
+            adm.waiting_count += 1
+            adm.waiting_tokens += len(ids)
         seq = Sequence(
             rid, ids, params, hook=hook, tenant=tenant,
             deadline=None if deadline_s is None else now + deadline_s, arrival_time=now,
         )
         seq.counted_waiting = True
-        self._commands.put(("add", (seq, sink)))
+        self._core.add(seq, sink)
         return seq
 
     def abort(self, request_id: str) -> None:
         """Cancel a request: it finishes with reason "abort" and its blocks return to the pool at once."""
-        self._commands.put(("abort", request_id))
+        self._core.abort(request_id)
 
     # ------------------------------------------------------------------ front ends
     def generate(
@@ -410,17 +403,16 @@ class Engine:
     @property
     def failed(self) -> bool:
         """True once the step loop has died; every later submission raises `EngineError`."""
-        return self._failure is not None
+        return self._core.failure is not None
 
     def _raise_if_failed(self) -> None:
-        if self._failure is not None:
+        if self._core.failure is not None:
             raise self._dead_error()
 
     def _dead_error(self) -> EngineError:
         """A fresh error for a caller whose request can never finish (the loop is gone)."""
-        if self._failure is not None:
-            err = EngineError(str(self._failure))
-            err.__cause__ = self._failure.__cause__
+        err = self._core.fresh_failure()
+        if err is not None:
             return err
         if self._closed:
             return EngineError("the engine was closed before the request finished")
@@ -432,7 +424,7 @@ class Engine:
             try:
                 return results.get(timeout=_POLL_S)
             except queue.Empty:
-                if not self._thread.is_alive():
+                if not self._core.alive:
                     try:
                         return results.get_nowait()  # delivered just before the loop ended
                     except queue.Empty:
@@ -446,7 +438,7 @@ class Engine:
             try:
                 return await asyncio.wait_for(q.get(), timeout=_POLL_S)
             except asyncio.TimeoutError:
-                if not self._thread.is_alive():
+                if not self._core.alive:
                     await asyncio.sleep(0)  # let a delivery scheduled just before the loop died land
                     if q.empty():
                         raise self._dead_error() from None
@@ -456,7 +448,8 @@ class Engine:
         s: dict[str, Any] = dict(self.block_manager.stats())
         s.update(self.scheduler.stats())
         s.update(
-            steps=self._steps, tokens_generated=self._tokens_generated, failed_steps=self._failed_steps,
+            steps=self._core.steps, tokens_generated=self._core.tokens_generated,
+            failed_steps=self._core.failed_steps,
             failed=self.failed,
             decode_step_s=self.timer.decode_step_s(self._joining_batch()), prefill_token_s=self.timer.prefill_token_s(),
             decode_step_s_by_batch=self.timer.by_batch(),
@@ -475,8 +468,7 @@ class Engine:
         if self._closed:
             return
         self._closed = True
-        self._commands.put(("stop", None))
-        self._thread.join(timeout=30)
+        self._core.stop(timeout=30)
         if self.runner.compiled is not None:
             self.runner.compiled.close()
 
@@ -485,260 +477,3 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # ------------------------------------------------------------------ engine thread
-    def _deliver(self, seq: Sequence, item: Any) -> None:
-        sink = self._sinks.get(seq.request_id)
-        if sink is None:
-            return
-        try:
-            sink(item)
-        except RuntimeError:  # the consumer's event loop is gone: nobody is listening
-            if not seq.is_finished:
-                self._finish(seq, "abort", notify=False)
-
-    def _finish(self, seq: Sequence, reason: str, *, notify: bool = True, error: BaseException | None = None) -> None:
-        self._uncount_waiting(seq)
-        self.scheduler.finish(seq, "abort" if reason == _DEADLINE else reason)
-        seq.finish_time = time.monotonic()
-        if notify:
-            if error is not None:
-                self._deliver(seq, error)
-            else:
-                self._emit(seq, final=True)
-                self._deliver(seq, self._output(seq))
-        self._sinks.pop(seq.request_id, None)
-        self._by_id.pop(seq.request_id, None)
-        with self._ids_lock:
-            self._live_ids.discard(seq.request_id)
-
-    def _uncount_waiting(self, seq: Sequence) -> None:
-        """A request leaves the admission queue once: at its first admission or when it ends before."""
-        if getattr(seq, "counted_waiting", False):
-            seq.counted_waiting = False
-            with self._ids_lock:
-                self._waiting_count -= 1
-                self._waiting_tokens -= seq.num_prompt_tokens
-
-    def _output(self, seq: Sequence) -> GenerationOutput:
-        return GenerationOutput(
-            request_id=seq.request_id, token_ids=seq.output_token_ids, finish_reason=seq.finish_reason,  # type: ignore[arg-type]
-            prompt_tokens=seq.num_prompt_tokens, cached_tokens=seq.num_cached_tokens or 0,
-            ttft_s=None if seq.first_token_time is None else seq.first_token_time - seq.arrival_time,
-            tpot_s=self._tpot(seq), logprobs=list(seq.logprobs) if seq.params.logprobs is not None else None,
-        )
-
-    @staticmethod
-    def _tpot(seq: Sequence) -> float | None:
-        n = seq.num_output_tokens
-        if n < 2 or seq.first_token_time is None or seq.finish_time is None:
-            return None
-        return (seq.finish_time - seq.first_token_time) / (n - 1)
-
-    def _emit(self, seq: Sequence, *, final: bool = False) -> None:
-        new = seq.output_token_ids[seq.num_emitted :]
-        if not new and not final:
-            return
-        lps = None
-        if seq.params.logprobs is not None:
-            lps = tuple(seq.logprobs[seq.num_emitted : seq.num_emitted + len(new)])
-        seq.num_emitted += len(new)
-        self._deliver(
-            seq,
-            StreamDelta(
-                request_id=seq.request_id, token_ids=tuple(new), finished=final,
-                finish_reason=seq.finish_reason if final else None,  # type: ignore[arg-type]
-                prompt_tokens=seq.num_prompt_tokens, cached_tokens=seq.num_cached_tokens or 0,
-                ttft_s=None if seq.first_token_time is None else seq.first_token_time - seq.arrival_time,
-                tpot_s=self._tpot(seq) if final else None, logprobs=lps,
-            ),
-        )
-
-    def _drain_commands(self, block: bool) -> bool:
-        """Apply queued commands; returns False when asked to stop."""
-        while True:
-            try:
-                cmd, arg = self._commands.get(block=block)
-            except queue.Empty:
-                return True
-            block = False
-            if cmd == "stop":
-                return False
-            if cmd == "add":
-                seq, sink = arg
-                self._by_id[seq.request_id] = seq
-                self._sinks[seq.request_id] = sink
-                self.scheduler.add(seq)
-            elif cmd == "abort":
-                target = self._by_id.get(arg)
-                if target is not None and not target.is_finished:
-                    self._finish(target, "abort")
-
-    def _loop(self) -> None:
-        """Thread body. Any exception escaping the loop (a bug, a MemoryError in a step) is fatal: the state of
-        the scheduler, block pool and KV cache can no longer be trusted, so the engine fails every request it
-        holds and refuses new ones rather than serving from corrupt state or leaving callers waiting."""
-        try:
-            self._run_loop()
-        except BaseException as exc:  # noqa: BLE001 - the thread must never die silently
-            self._fail(exc)
-
-    def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, Exception):
-            self._failed_steps += 1
-        failure = EngineError(f"the engine failed and accepts no more requests: {type(exc).__name__}: {exc}")
-        failure.__cause__ = exc
-        self._failure = failure
-        sinks = list(self._sinks.values())
-        self._sinks.clear()
-        self._by_id.clear()
-        while True:  # requests submitted but not yet picked up by the loop
-            try:
-                cmd, arg = self._commands.get_nowait()
-            except queue.Empty:
-                break
-            if cmd == "add":
-                sinks.append(arg[1])
-        for sink in sinks:
-            try:
-                sink(self._dead_error())
-            except Exception:  # noqa: BLE001, S110 - a consumer that is gone needs no notice
-                pass
-        with self._ids_lock:
-            self._live_ids.clear()
-            self._waiting_count = 0
-            self._waiting_tokens = 0
-
-    def _run_loop(self) -> None:
-        if self.device.type == "cpu":
-            # Thread counts are per thread (OpenMP's team size, MKL's local count): the engine thread sets
-            # its own. Bookkeeping and sampling then run on one OpenMP thread (tiny ops); the model raises it
-            # to `num_threads` for its weight GEMMs (see threads.py).
-            torch.set_num_threads(self._num_threads)
-            omp = omp_set_num_threads()
-            if omp is not None:
-                omp(1)
-        while True:
-            if not self._drain_commands(block=not self.scheduler.has_work()):
-                break
-            self._step()
-        for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
-            self._finish(seq, "abort", error=RequestAborted("the engine was closed"))
-
-    def _drop_expired(self) -> None:
-        now = time.monotonic()
-        for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
-            if seq.deadline is not None and now > seq.deadline:
-                self._finish(seq, _DEADLINE, error=RequestAborted(
-                    f"request {seq.request_id!r} dropped: past its deadline", ))
-
-    def _step(self) -> None:
-        self._drop_expired()
-        if not self.scheduler.has_work():
-            return
-        clock = self.timer.clock
-        t0 = clock()
-        out: SchedulerOutput = self.scheduler.schedule()
-        for it in out.items:
-            self._uncount_waiting(it.seq)
-        for seq in out.finished:
-            self._finish_after_schedule(seq)
-        if not out.items:
-            return
-        pure_decode = all(it.is_decode for it in out.items)
-        decode_rows = out.num_tokens if pure_decode else 0
-        threads = self._num_threads
-        if self.decode_threads is not None:
-            threads = self.decode_threads.threads_for(decode_rows) if pure_decode else self._num_threads
-            self.model.gemm_threads = threads  # type: ignore[attr-defined]
-        logits, rows = self.runner.run(out.items)
-        self.scheduler.postprocess(out)
-        sampling = [(it, r) for it, r in zip(out.items, rows, strict=True) if r >= 0]
-        if sampling and logits is not None:
-            self._sample_and_accept(logits, sampling)
-        self._steps += 1
-        num_decode = sum(1 for it in out.items if it.is_decode)
-        elapsed = clock() - t0
-        self.timer.record(elapsed, out.num_tokens, num_decode)
-        if self.decode_threads is not None and pure_decode:
-            self.decode_threads.record(decode_rows, threads, elapsed)
-
-    def _sample_and_accept(self, logits: torch.Tensor, sampling: list[tuple[ScheduledSeq, int]]) -> None:
-        """Sample each item's next token; a verifying item (speculative draft of k tokens) continues row by row.
-
-        Round j samples row j of every item still verifying, exactly as a plain step samples its one row (hooks
-        asked then told, stop rules, one random draw), so the tokens are those of plain decoding. The drafted
-        token j is kept when the sample at row j equals it (its keys/values, written this step, become part of
-        the sequence); the first mismatch is emitted as the real token and ends that item's draft.
-        """
-        live = [(it, r - len(it.draft)) for it, r in sampling]  # (item, logits row of round 0)
-        j = 0
-        while live:
-            rows = [r + j for _, r in live]
-            seqs = [it.seq for it, _ in live]
-            block = logits if len(rows) == logits.shape[0] and j == 0 else logits[torch.tensor(rows)]
-            tokens, lps = self.sampler(block, seqs)
-            now = time.monotonic()
-            going: list[tuple[ScheduledSeq, int]] = []
-            for (it, r), tok, lp in zip(live, tokens, lps, strict=True):
-                seq = it.seq
-                self._accept(seq, tok, lp, now)
-                if not it.draft:
-                    continue
-                kept = j < len(it.draft) and tok == it.draft[j] and not seq.is_finished
-                if kept:
-                    seq.num_computed_tokens += 1  # the drafted token's keys/values are now the sequence's
-                    going.append((it, r))
-                    continue
-                assert self.drafter is not None
-                self.drafter.record(seq, len(it.draft), j)
-                if not seq.is_finished:
-                    self.block_manager.commit(seq)
-            live = going
-            j += 1
-
-    def _finish_after_schedule(self, seq: Sequence) -> None:
-        # The scheduler already ended it (pool too small to continue); tell the consumer.
-        seq.finish_time = time.monotonic()
-        self._emit(seq, final=True)
-        self._deliver(seq, self._output(seq))
-        self._sinks.pop(seq.request_id, None)
-        self._by_id.pop(seq.request_id, None)
-        with self._ids_lock:
-            self._live_ids.discard(seq.request_id)
-
-    def _accept(self, seq: Sequence, token: int, lp: TokenLogprob | None, now: float) -> None:
-        terminated = False
-        if seq.error is None and seq.hook is not None:
-            try:
-                seq.hook.accept_token(token)
-                terminated = bool(seq.hook.is_terminated())
-            except Exception as exc:  # noqa: BLE001 - a broken hook fails its request, not the batch
-                seq.error = f"token hook failed: {type(exc).__name__}: {exc}"
-        if seq.error is not None:
-            self._finish(seq, "abort", error=EngineError(f"request {seq.request_id!r} failed: {seq.error}"))
-            return
-        if seq.first_token_time is None:
-            seq.first_token_time = now
-        reason = self.scheduler.append_token(seq, token, self.eos_token_ids)
-        self._tokens_generated += 1
-        if lp is not None:
-            seq.logprobs.append(lp)
-        if reason is None and terminated:
-            reason = "stop"
-        if reason is None and seq.params.stop and self._hits_stop_string(seq):
-            reason = "stop"
-        if reason is not None:
-            self._finish(seq, reason)
-        else:
-            self._emit(seq)
-
-    def _hits_stop_string(self, seq: Sequence) -> bool:
-        stops = seq.params.stop
-        longest = max(len(s) for s in stops)
-        out = seq.output_token_ids
-        window = out[-(longest + 8) :]  # every token decodes to >= 1 char except partial UTF-8 pieces
-        tail = self.tokenizer.decode(window, skip_special_tokens=False)
-        prev = self.tokenizer.decode(window[:-1], skip_special_tokens=False) if len(window) > 1 else ""
-        # Only a match that ends in the newest token counts, so a stop string is detected exactly once.
-        return any(s in tail and s not in prev for s in stops)

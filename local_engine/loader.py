@@ -1,9 +1,12 @@
 """Finding and loading weights: the embedded SmolLM2 GGUF, any GGUF file, or a Hugging Face model folder.
 
-GGUF files are dequantised once with transformers' GGUF loader (there is no quantised compute on CPU
-here: the engine runs fp32/bf16), and the result — weights as safetensors, config, tokenizer — is
-cached as a Hugging Face folder under `$PARLEY_CACHE_DIR` (else `$XDG_CACHE_HOME/parley`, else
-`~/.cache/parley`), keyed by the file's SHA-256. Later loads read that folder in about a second.
+GGUF files are dequantised once with transformers' GGUF loader, and the result — weights as safetensors,
+config, tokenizer — is cached as a Hugging Face folder under `$PARLEY_CACHE_DIR` (else
+`$XDG_CACHE_HOME/parley`, else `~/.cache/parley`), keyed by the file's SHA-256. Later loads read that
+folder in about a second.
+That folder is what every mode starts from: fp32/bf16 run it as is; the quantised CPU modes
+(`quantization="int8"`, quant.py; `"q4"`/`"q8"`, quant4.py) quantise it at load, and q4/q8 first put a
+GGUF's own Q4_x/Q8_0 layer blocks back in place of their dequantised copies (gguf_weights.py).
 Nothing here touches the network: every transformers call is local-files-only.
 """
 

@@ -8,7 +8,7 @@ sequence's last token and its k drafted tokens run as k + 1 decode rows of one f
 cache up to position p + j, the drafts' keys and values written in the same step), so the GEMMs read the weights
 once for all of them.
 
-Verification (engine.py) samples the k + 1 rows in order exactly as plain decoding samples one row per step: the
+Verification (core.py) samples the k + 1 rows in order exactly as plain decoding samples one row per step: the
 hook is asked for its mask/forced token, then told the chosen token, the stop rules apply, and the request's own
 random stream gives one draw per token. The drafted token j is accepted when the token sampled at row j equals
 it; the first mismatch is emitted (it is the real next token) and ends the draft. So:

@@ -102,7 +102,7 @@ async def test_a_failed_engine_refuses_new_work_at_once(engine: Any) -> None:
 async def test_waiters_notice_a_loop_that_died_without_notice(engine: Any, monkeypatch: Any) -> None:
     # Worst case: the loop ends and nobody is told (here: failure delivery itself is broken). Callers
     # must still notice the dead thread instead of waiting on their queue forever.
-    monkeypatch.setattr(engine, "_fail", lambda exc: None)
+    monkeypatch.setattr(engine._core, "_fail", lambda exc: None)  # the step loop lives in core.py
     _failing_after(engine, 1, RuntimeError("silent death"))
     exc = _bounded(lambda: engine.generate([[5, 6, 7]], LONG))
     assert isinstance(exc, EngineError) and "not running" in str(exc)
