@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,6 +58,22 @@ def engine_from_hf(hf: Any, config: EngineConfig | None = None, dtype: Any = Non
     arch = LlamaArch.from_hf_config(hf.config.to_dict())
     net = LlamaModel.from_hf_state_dict(arch, hf.state_dict(), torch.device("cpu"), dtype)
     return Engine.from_model(net, ByteTokenizer(), model_id=model_id, eos_token_ids=frozenset({2}), config=config)
+
+
+def tiny_quantized_engine(hf: Any, quantization: str, *, quantize_lm_head: bool = False) -> Engine:
+    """`hf` loaded with `quantization` ("int8", "q4", "q8"), with the small pool the quantisation tests use."""
+    arch = LlamaArch.from_hf_config(hf.config.to_dict())
+    net = LlamaModel.from_hf_state_dict(arch, hf.state_dict(), torch.device("cpu"), torch.float32,
+                                        quantization=quantization, quantize_lm_head=quantize_lm_head)
+    cfg = EngineConfig(num_kv_blocks=256, block_size=4, max_num_batched_tokens=64)
+    return Engine.from_model(net, ByteTokenizer(), model_id=f"tiny/float32+{quantization}",
+                             eos_token_ids=frozenset({2}), config=cfg)
+
+
+def prompts_of(lengths: list[int], seed: int = 0) -> list[list[int]]:
+    """Random prompts of the given lengths over the tiny model's ordinary byte ids (seeded: the same every run)."""
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 320) for _ in range(n)] for n in lengths]
 
 
 @pytest.fixture(scope="module")

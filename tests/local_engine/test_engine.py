@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.local_engine.conftest import engine_from_hf, tiny_hf_model
+from tests.local_engine.conftest import engine_from_hf, prompts_of, tiny_hf_model
 
 torch = pytest.importorskip("torch")
 
@@ -25,11 +25,6 @@ from parley.local_engine import (  # noqa: E402
 )
 
 GREEDY = SamplingParams(max_tokens=24, ignore_eos=True)
-
-
-def prompts_of(lengths: list[int], seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(3, 320) for _ in range(n)] for n in lengths]
 
 
 def hf_greedy(hf: Any, prompt: list[int], n: int) -> list[int]:

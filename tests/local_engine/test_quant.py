@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import random
 from typing import Any
 
 import pytest
@@ -12,9 +11,8 @@ torch = pytest.importorskip("torch")
 
 from parley.local_engine import Engine, EngineConfig, SamplingParams  # noqa: E402
 from parley.local_engine.errors import EngineConfigError  # noqa: E402
-from parley.local_engine.models.llama import LlamaArch, LlamaModel  # noqa: E402
 from parley.local_engine.quant import Int8Gemm, int8_unavailable_reason, quantize_rows  # noqa: E402
-from tests.local_engine.conftest import ByteTokenizer  # noqa: E402
+from tests.local_engine.conftest import prompts_of, tiny_quantized_engine  # noqa: E402
 
 CPU = torch.device("cpu")
 needs_int8 = pytest.mark.skipif(
@@ -76,24 +74,10 @@ def test_quantization_is_validated_naming_the_field() -> None:
         Engine.from_pretrained(None, device="cpu", dtype="bfloat16", quantization="int8")
 
 
-def tiny_int8_engine(hf: Any, *, quantize_lm_head: bool = False) -> Engine:
-    arch = LlamaArch.from_hf_config(hf.config.to_dict())
-    net = LlamaModel.from_hf_state_dict(arch, hf.state_dict(), CPU, torch.float32, quantization="int8",
-                                        quantize_lm_head=quantize_lm_head)
-    cfg = EngineConfig(num_kv_blocks=256, block_size=4, max_num_batched_tokens=64)
-    return Engine.from_model(net, ByteTokenizer(), model_id="tiny/float32+int8", eos_token_ids=frozenset({2}),
-                             config=cfg)
-
-
-def prompts_of(lengths: list[int], seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(3, 320) for _ in range(n)] for n in lengths]
-
-
 @needs_int8
 @pytest.mark.parametrize("quantize_lm_head", [False, True])
 def test_int8_engine_is_batch_invariant_and_seeded(tiny_hf: Any, quantize_lm_head: bool) -> None:
-    engine = tiny_int8_engine(tiny_hf, quantize_lm_head=quantize_lm_head)
+    engine = tiny_quantized_engine(tiny_hf, "int8", quantize_lm_head=quantize_lm_head)
     try:
         assert engine.stats()["quantization"] == "int8" and engine.model.gemm.kernel == "fbgemm-int8-dynamic"
         assert engine.model.head_gemm.kernel == ("fbgemm-int8-dynamic" if quantize_lm_head else "onednn")
@@ -111,7 +95,7 @@ def test_int8_engine_is_batch_invariant_and_seeded(tiny_hf: Any, quantize_lm_hea
 
 @needs_int8
 def test_int8_engine_serves_a_cached_prefix(tiny_hf: Any) -> None:
-    engine = tiny_int8_engine(tiny_hf)
+    engine = tiny_quantized_engine(tiny_hf, "int8")
     try:
         prefix = prompts_of([40], seed=8)[0]
         p = SamplingParams(max_tokens=8, ignore_eos=True)
@@ -126,7 +110,7 @@ def test_int8_engine_serves_a_cached_prefix(tiny_hf: Any) -> None:
 def test_int8_logits_stay_close_to_fp32_on_the_tiny_model(tiny_hf: Any, tiny_engine: Engine) -> None:
     from parley.local_engine.evaluate import token_logprobs
 
-    engine = tiny_int8_engine(tiny_hf)
+    engine = tiny_quantized_engine(tiny_hf, "int8")
     try:
         ids = prompts_of([60], seed=2)[0]
         ref = token_logprobs(tiny_engine.model, ids)
@@ -199,7 +183,7 @@ def test_a_decode_row_is_bitwise_the_same_alone_batched_and_as_a_verify_row(tiny
     from parley.local_engine.scheduler import ScheduledSeq
     from parley.local_engine.sequence import Sequence
 
-    engine = tiny_int8_engine(tiny_hf, quantize_lm_head=True)
+    engine = tiny_quantized_engine(tiny_hf, "int8", quantize_lm_head=True)
     model = engine.model
     try:
         short, long = prompts_of([21, 150], seed=6)

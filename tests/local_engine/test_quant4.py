@@ -7,7 +7,6 @@ loads it from the cache) before the tests that use it.
 from __future__ import annotations
 
 import math
-import random
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +19,9 @@ torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
 
 from parley.local_engine import Engine, EngineConfig, SamplingParams, quant4  # noqa: E402
-from parley.local_engine.models.llama import LlamaArch, LlamaModel  # noqa: E402
 from parley.local_engine.quant4 import GroupGemm, RowQuant, decode_gguf_blocks, quantize_q4, quantize_q8  # noqa: E402
 
-from .conftest import ByteTokenizer  # noqa: E402
+from .conftest import prompts_of, tiny_quantized_engine  # noqa: E402
 
 CPU = torch.device("cpu")
 TEXT = Path(__file__).parents[2] / "benchmarks" / "data" / "perplexity.txt"
@@ -159,23 +157,9 @@ def test_without_a_working_compiler_it_warns_once_and_runs_dequantised(monkeypat
 
 
 # ---------------------------------------------------------------- the engine, tiny model (float checkpoint)
-def tiny_q4_engine(hf: Any, *, quantize_lm_head: bool = False) -> Engine:
-    arch = LlamaArch.from_hf_config(hf.config.to_dict())
-    net = LlamaModel.from_hf_state_dict(arch, hf.state_dict(), CPU, torch.float32, quantization="q4",
-                                        quantize_lm_head=quantize_lm_head)
-    cfg = EngineConfig(num_kv_blocks=256, block_size=4, max_num_batched_tokens=64)
-    return Engine.from_model(net, ByteTokenizer(), model_id="tiny/float32+q4", eos_token_ids=frozenset({2}),
-                             config=cfg)
-
-
-def prompts_of(lengths: list[int], seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(3, 320) for _ in range(n)] for n in lengths]
-
-
 @pytest.mark.parametrize("quantize_lm_head", [False, True])
 def test_q4_engine_batches_continuously_bitwise_and_seeded(kernel: Any, tiny_hf: Any, quantize_lm_head: bool) -> None:
-    engine = tiny_q4_engine(tiny_hf, quantize_lm_head=quantize_lm_head)
+    engine = tiny_quantized_engine(tiny_hf, "q4", quantize_lm_head=quantize_lm_head)
     try:
         assert engine.stats()["quantization"] == "q4" and engine.model.gemm.kernel.startswith("parley-group32")
         assert engine.model.head_gemm.kernel.startswith("parley-group32") == quantize_lm_head
@@ -195,7 +179,7 @@ def test_q4_engine_batches_continuously_bitwise_and_seeded(kernel: Any, tiny_hf:
 
 
 def test_q4_engine_serves_a_cached_prefix(kernel: Any, tiny_hf: Any) -> None:
-    engine = tiny_q4_engine(tiny_hf)
+    engine = tiny_quantized_engine(tiny_hf, "q4")
     try:
         prefix = prompts_of([40], seed=8)[0]
         p = SamplingParams(max_tokens=8, ignore_eos=True)
@@ -214,7 +198,7 @@ def test_q4_tiny_model_logits_match_fp32_over_the_same_4bit_weights(kernel: Any,
 
     from .conftest import engine_from_hf
 
-    engine = tiny_q4_engine(tiny_hf)
+    engine = tiny_quantized_engine(tiny_hf, "q4")
     sd = {k: (quantize_q4(v).dequantize() if v.dim() == 2 and ".layers." in k else v)
           for k, v in tiny_hf.state_dict().items()}
     ref_hf = type(tiny_hf)(tiny_hf.config).eval()
