@@ -104,7 +104,13 @@ class SamplingParams:
     `stop_token_ids` and `stop` (strings) end the request with reason "stop"; the end-of-sequence token does
     too unless `ignore_eos`. Until `min_tokens` are out, those tokens cannot be chosen at all (HF's
     `min_new_tokens`). `logprobs=N` returns the chosen token's log-probability and the top N (from the fp32
-    logits after hook masks, before temperature).
+    logits after penalties and hook masks, before temperature).
+
+    Penalties follow vLLM (and HF for `repetition_penalty`), applied to the logits before everything else, greedy
+    included: `repetition_penalty` (> 0, 1 = off) divides the positive logits and multiplies the negative ones of
+    every token already in the prompt or the output; `frequency_penalty` and `presence_penalty` (in [-2, 2])
+    subtract `frequency * count + presence * (count > 0)` for each token's count in the output so far. `min_p`
+    (in [0, 1], 0 = off) drops, after temperature, the tokens less likely than `min_p` times the most likely one.
     """
 
     max_tokens: int = 16
@@ -117,6 +123,10 @@ class SamplingParams:
     logprobs: int | None = None
     ignore_eos: bool = False
     min_tokens: int = 0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    min_p: float = 0.0
 
     def __post_init__(self) -> None:
         # Accept lists for convenience, store tuples so params stay hashable-ish and immutable.
@@ -128,6 +138,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether any repetition, frequency or presence penalty changes the logits."""
+        return self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
 
     def validate(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -146,5 +161,22 @@ class SamplingParams:
             raise InvalidRequestError(f"seed must be an integer, got {self.seed!r}")
         if not isinstance(self.min_tokens, int) or self.min_tokens < 0:
             raise InvalidRequestError(f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise InvalidRequestError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+        if not _number(self.repetition_penalty) or self.repetition_penalty <= 0.0:
+            raise InvalidRequestError(
+                f"repetition_penalty must be a number > 0 (1 = off), got {self.repetition_penalty!r}"
+            )
+        for name in ("frequency_penalty", "presence_penalty"):
+            value = getattr(self, name)
+            if not _number(value) or not -2.0 <= value <= 2.0:
+                raise InvalidRequestError(f"{name} must be in [-2, 2], got {value!r}")
+        if not _number(self.min_p) or not 0.0 <= self.min_p <= 1.0:
+            raise InvalidRequestError(f"min_p must be in [0, 1], got {self.min_p!r}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InvalidRequestError("stop strings must be non-empty strings")
+
+
+def _number(value: object) -> bool:
+    """A finite int or float (not a bool, not NaN)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
