@@ -1,10 +1,13 @@
-"""Token selection: hooks (forced tokens, bitmasks), greedy, temperature / top-k / top-p, logprobs.
+"""Token selection: penalties, hooks (forced tokens, bitmasks), greedy, temperature / top-k / min-p / top-p, logprobs.
 
 Every sampling request owns a `torch.Generator` seeded from its own seed (hashed, so nearby seeds give
 unrelated streams) and draws exactly one number per sampled token from it. Nothing is keyed on the
 step or the batch position, so a request's tokens do not depend on what it is batched with, and two
 requests never share a stream (unlike `seed + step`). Masks are applied to fp32 logits; a batch
-without hooks, sampling or logprobs takes the argmax fast path.
+without penalties, hooks, sampling or logprobs takes the argmax fast path.
+
+Penalties are computed from the sequence's own tokens at the moment of sampling, so a speculative
+round that samples row j after accepting rows 0..j-1 sees exactly the tokens plain decoding would.
 """
 
 from __future__ import annotations
@@ -81,6 +84,25 @@ class Sampler:
         self.mask_words = (vocab_size + 31) // 32
         self.eos_token_ids = eos_token_ids
 
+    def _apply_penalties(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> None:
+        """Repetition (prompt and output, HF/vLLM's CTRL rule), frequency and presence (output) penalties."""
+        for i, seq in enumerate(seqs):
+            p = seq.params
+            if not p.penalized:
+                continue
+            row = logits[i]
+            vocab = row.shape[-1]
+            if p.repetition_penalty != 1.0:
+                seen = torch.tensor(seq.token_ids, dtype=torch.long, device=row.device).unique()
+                seen = seen[(seen >= 0) & (seen < vocab)]
+                values = row.index_select(0, seen)
+                scaled = torch.where(values > 0, values / p.repetition_penalty, values * p.repetition_penalty)
+                row.index_copy_(0, seen, scaled)
+            if (p.frequency_penalty or p.presence_penalty) and seq.num_output_tokens:
+                out = torch.tensor(seq.output_token_ids, dtype=torch.long, device=row.device)
+                counts = torch.bincount(out[(out >= 0) & (out < vocab)], minlength=vocab).to(row.dtype)
+                row.sub_(counts * p.frequency_penalty + (counts > 0).to(row.dtype) * p.presence_penalty)
+
     def _suppress_early_stops(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> None:
         """Below `min_tokens`, end-of-sequence and stop ids cannot be chosen (as HF's `min_new_tokens`)."""
         for i, seq in enumerate(seqs):
@@ -136,6 +158,9 @@ class Sampler:
             kth = torch.topk(row, p.top_k).values[-1]
             row = row.masked_fill(row < kth, float("-inf"))
         probs = torch.softmax(row, dim=-1)
+        if p.min_p > 0.0:
+            probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)  # the most likely token always stays
+            probs = probs / probs.sum()  # top_p below measures the mass that is left
         if p.top_p < 1.0:
             sorted_probs, order = torch.sort(probs, descending=True)
             cum = torch.cumsum(sorted_probs, dim=-1)
@@ -149,6 +174,7 @@ class Sampler:
     @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> tuple[list[int], list[TokenLogprob | None]]:
         """Choose one token per row of fp32 `logits` ([len(seqs), vocab]); tell hooks nothing yet."""
+        self._apply_penalties(logits, seqs)
         self._suppress_early_stops(logits, seqs)
         forced = self._apply_hooks(logits, seqs)
         n = len(seqs)

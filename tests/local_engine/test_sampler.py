@@ -134,3 +134,66 @@ def test_logprobs_report_the_chosen_token_and_top_alternatives() -> None:
     assert lp is not None and lp.token_id == 0
     assert lp.logprob == pytest.approx(torch.log(torch.tensor(0.5)).item(), abs=1e-4)
     assert list(lp.top) == [0, 1]
+
+
+# -- penalties and min_p (vLLM's semantics; HF's CTRL rule for repetition) ---------------------------
+def history(params: SamplingParams, prompt: list[int], output: list[int]) -> Sequence:
+    s = Sequence("p", prompt, params)
+    s.token_ids.extend(output)
+    return s
+
+
+def test_repetition_penalty_divides_positive_and_multiplies_negative_logits_of_seen_tokens() -> None:
+    logits = torch.zeros(1, V)
+    logits[0, 1], logits[0, 2], logits[0, 9], logits[0, 50] = 4.0, -2.0, 3.0, 1.0
+    s = history(SamplingParams(repetition_penalty=2.0), prompt=[1, 1], output=[2])
+    Sampler(V, torch.device("cpu"))._apply_penalties(logits, [s])
+    assert logits[0, 1] == 2.0 and logits[0, 2] == -4.0  # the prompt's token and the output's, once each
+    assert logits[0, 9] == 3.0 and logits[0, 50] == 1.0  # unseen tokens keep their logits
+
+
+def test_frequency_and_presence_penalties_count_only_the_output() -> None:
+    logits = torch.zeros(1, V)
+    s = history(SamplingParams(frequency_penalty=0.5, presence_penalty=1.0), prompt=[7, 7, 7], output=[3, 3, 4])
+    Sampler(V, torch.device("cpu"))._apply_penalties(logits, [s])
+    assert logits[0, 3] == pytest.approx(-(2 * 0.5 + 1.0))
+    assert logits[0, 4] == pytest.approx(-(1 * 0.5 + 1.0))
+    assert logits[0, 7] == 0.0  # prompt tokens are not penalised by frequency/presence
+
+
+def test_penalties_steer_greedy_decoding_away_from_a_repeat() -> None:
+    logits = torch.zeros(1, V)
+    logits[0, 5], logits[0, 6] = 2.0, 1.5
+    plain = history(SamplingParams(), prompt=[1], output=[5])
+    penalised = history(SamplingParams(presence_penalty=1.0), prompt=[1], output=[5])
+    sampler = Sampler(V, torch.device("cpu"))
+    assert sampler(logits.clone(), [plain])[0] == [5]
+    assert sampler(logits.clone(), [penalised])[0] == [6]
+    # a batch mixing both: each row gets only its own penalties
+    assert sampler(logits.repeat(2, 1), [plain, penalised])[0] == [5, 6]
+
+
+def test_min_p_keeps_only_tokens_near_the_most_likely() -> None:
+    logits = torch.full((1, V), -30.0)
+    logits[0, 10], logits[0, 11], logits[0, 12] = 0.0, -0.5, -3.0  # p(12) / p(10) = e^-3 < 0.1
+    s = seq(SamplingParams(temperature=1.0, min_p=0.1, seed=3))
+    drawn = set(draw(s, 200, logits))
+    assert drawn == {10, 11}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"repetition_penalty": 0.0},
+        {"repetition_penalty": float("nan")},
+        {"frequency_penalty": 2.5},
+        {"presence_penalty": -3.0},
+        {"min_p": 1.5},
+        {"ignore_eos": 1},
+    ],
+)
+def test_out_of_range_penalties_are_refused_at_construction(bad: dict[str, object]) -> None:
+    from parley.local_engine.errors import InvalidRequestError
+
+    with pytest.raises(InvalidRequestError, match=next(iter(bad))):
+        SamplingParams(**bad)  # type: ignore[arg-type]

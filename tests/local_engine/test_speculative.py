@@ -119,7 +119,9 @@ def test_seeded_sampling_draws_the_same_tokens_as_plain_sampling(engines: Any) -
     spec, plain = engines
     prompts = repetitive_prompts(4, seed=3)
     for params in (SamplingParams(max_tokens=32, temperature=0.7, seed=11, ignore_eos=True),
-                   SamplingParams(max_tokens=32, temperature=1.0, top_p=0.9, top_k=20, seed=12, ignore_eos=True)):
+                   SamplingParams(max_tokens=32, temperature=1.0, top_p=0.9, top_k=20, seed=12, ignore_eos=True),
+                   SamplingParams(max_tokens=32, temperature=0.8, min_p=0.05, seed=13, ignore_eos=True,
+                                  repetition_penalty=1.3, frequency_penalty=0.4, presence_penalty=0.2)):
         ref = [o.token_ids for o in plain.generate(prompts, params)]
         assert [o.token_ids for o in spec.generate(prompts, params)] == ref
         previous = with_drafter(spec, Oracle(prompts, ref))
