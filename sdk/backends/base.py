@@ -36,6 +36,14 @@ class SamplingSettings:
     """Local engine (and vLLM/SGLang servers); hosted APIs that lack it ignore it."""
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    """OpenAI's penalties on tokens already in the output, in [-2, 2] (every chat backend but Anthropic's)."""
+    repetition_penalty: float | None = None
+    min_p: float | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
+    """vLLM's extensions (the local engine and vLLM/SGLang servers); hosted APIs that lack them ignore them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

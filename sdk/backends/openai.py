@@ -216,6 +216,10 @@ class OpenAIBackend:
             extra["top_k"] = sampling.top_k
         if sampling.stop:
             extra["stop"] = list(sampling.stop)
+        extra.update(frequency_penalty=sampling.frequency_penalty, presence_penalty=sampling.presence_penalty)
+        if flavor in ("vllm", "sglang"):
+            extra.update(repetition_penalty=sampling.repetition_penalty, min_p=sampling.min_p,
+                         min_tokens=sampling.min_tokens, ignore_eos=sampling.ignore_eos)
         extra.update(self._reasoning(request, flavor))
         if request.output_schema is not None:
             if flavor == "vllm":

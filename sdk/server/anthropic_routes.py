@@ -90,12 +90,14 @@ def to_wire_turn(request: an.MessagesRequest, salt: str, deadline_s: float | Non
         output_schema=fmt.schema_ if fmt is not None else None,
         reasoning=Reasoning(budget_tokens=budget) if budget is not None else None,
         tenant=salt,
-        sampling=SamplingSettings(
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            top_k=request.top_k,
-            stop=tuple(request.stop_sequences or ()),
+        sampling=request.settings(
+            SamplingSettings(
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                top_k=request.top_k,
+                stop=tuple(request.stop_sequences or ()),
+            )
         ),
     )
     return WireTurn(

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from parley.server.sampling_schema import VllmSampling
 from parley.server.validation import FieldRule
 
 
@@ -150,7 +151,7 @@ class Metadata(_Strict):
     user_id: str | None = None
 
 
-class MessagesRequest(_Strict):
+class MessagesRequest(_Strict, VllmSampling):
     model: str = Field(min_length=1)
     max_tokens: int = Field(ge=1)
     messages: list[MessageParam] = Field(min_length=1)
@@ -175,6 +176,7 @@ class MessagesRequest(_Strict):
     def _cross_field_rules(self) -> MessagesRequest:
         if self.stop_sequences is not None and any(not s for s in self.stop_sequences):
             raise FieldRule("stop_sequences", "stop sequences must be non-empty strings")
+        self.check_min_tokens(self.max_tokens, "max_tokens")
         if isinstance(self.thinking, ThinkingEnabled) and self.thinking.budget_tokens >= self.max_tokens:
             raise FieldRule("thinking.budget_tokens", "must be less than max_tokens")
         if isinstance(self.thinking, ThinkingEnabled) and isinstance(self.tool_choice, ToolChoiceAny | ToolChoiceTool):

@@ -61,9 +61,6 @@ def to_conversation(request: oa.ChatCompletionRequest) -> Conversation:
 def to_wire_turn(request: oa.ChatCompletionRequest, salt: str, deadline_s: float | None) -> WireTurn:
     if request.n is not None and request.n > 1:
         raise invalid("n > 1 is not supported by this server; send n separate requests", "n", "unsupported_value")
-    for name in ("frequency_penalty", "presence_penalty"):
-        if getattr(request, name):
-            raise invalid(f"{name} other than 0 is not supported by the local engine", name, "unsupported_value")
     tools = [
         ToolSpec(
             name=t.function.name,
@@ -100,13 +97,17 @@ def to_wire_turn(request: oa.ChatCompletionRequest, salt: str, deadline_s: float
         if request.thinking_token_budget is not None
         else None,
         tenant=salt,
-        sampling=SamplingSettings(
-            max_tokens=request.token_limit,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            top_k=request.top_k,
-            seed=request.seed,
-            stop=stop,
+        sampling=request.settings(
+            SamplingSettings(
+                max_tokens=request.token_limit,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                top_k=request.top_k,
+                seed=request.seed,
+                stop=stop,
+            ),
+            frequency_penalty=request.frequency_penalty,
+            presence_penalty=request.presence_penalty,
         ),
     )
     max_tokens_param = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from parley.server.sampling_schema import VllmSampling
 from parley.server.validation import FieldRule
 
 
@@ -158,7 +159,7 @@ class StreamOptions(_Strict):
 
 
 # -- the request -------------------------------------------------------------------------------------
-class ChatCompletionRequest(_Strict):
+class ChatCompletionRequest(_Strict, VllmSampling):
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)
@@ -208,6 +209,7 @@ class ChatCompletionRequest(_Strict):
             and self.max_tokens != self.max_completion_tokens
         ):
             raise FieldRule("max_tokens", "conflicts with max_completion_tokens; send only max_completion_tokens")
+        self.check_min_tokens(self.token_limit, "max_completion_tokens")
         if isinstance(self.tool_choice, NamedToolChoiceParam):
             offered = {tool.function.name for tool in self.tools or []}
             if self.tool_choice.function.name not in offered:

@@ -13,6 +13,8 @@ by one `TurnEnd` carrying the assistant message and the token figures. Every rul
   it and the match reported (`TurnEnd.stop_sequence`); the engine request is aborted at once.
 * **Tools off** (``tool_choice="none"``): tools are still rendered (the prompt prefix, and so its
   cache, does not change with the choice) and a call the model writes anyway is answer text.
+* **`ignore_eos`** drops the codec's end-of-turn ids as well as the end-of-sequence token, so the
+  turn runs to its token limit (what benchmarks send it for), as vLLM's does.
 * **One call per turn** unless `parallel_tool_calls` is true: a turn ends after its first call.
 * **Call ids** are unique across turns (``call_<request id>_<n>``); a malformed call is reported
   as an `ErrorEvent` and kept out of the message.
@@ -254,8 +256,14 @@ class LocalTurn:
             top_p=1.0 if sampling.top_p is None else sampling.top_p,
             top_k=sampling.top_k or 0,
             seed=sampling.seed,
-            stop_token_ids=self.codec.stop_token_ids,
+            stop_token_ids=() if sampling.ignore_eos else self.codec.stop_token_ids,
             logprobs=self.options.logprobs,
+            ignore_eos=bool(sampling.ignore_eos),
+            min_tokens=sampling.min_tokens or 0,
+            repetition_penalty=1.0 if sampling.repetition_penalty is None else sampling.repetition_penalty,
+            frequency_penalty=sampling.frequency_penalty or 0.0,
+            presence_penalty=sampling.presence_penalty or 0.0,
+            min_p=sampling.min_p or 0.0,
         )
 
     # -- running ----------------------------------------------------------------------------------

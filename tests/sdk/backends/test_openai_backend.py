@@ -266,6 +266,21 @@ def test_request_settings_reach_the_body_where_the_flavor_has_them() -> None:
     assert "top_k" not in backend.build_body(request, "openai")  # OpenAI's API has no top_k
 
 
+def test_penalties_reach_every_chat_flavor_and_vllm_extensions_only_vllm_and_sglang() -> None:
+    backend = OpenAIBackend("m", api_key="k")
+    sampling = SamplingSettings(frequency_penalty=0.5, presence_penalty=0.1, repetition_penalty=1.2, min_p=0.05,
+                                min_tokens=3, ignore_eos=True)
+    request = _request(Message.user("x"), sampling=sampling)
+    extensions = {"repetition_penalty": 1.2, "min_p": 0.05, "min_tokens": 3, "ignore_eos": True}
+    for flavor in ("vllm", "sglang"):
+        body = backend.build_body(request, flavor)
+        assert body["frequency_penalty"] == 0.5 and body["presence_penalty"] == 0.1
+        assert {k: body[k] for k in extensions} == extensions
+    for flavor in ("openai", "llamacpp"):
+        body = backend.build_body(request, flavor)
+        assert body["frequency_penalty"] == 0.5 and not extensions.keys() & body.keys()
+
+
 # -- the llamacpp dialect: what llama-cpp-python's server (tests/sdk/backends/test_llamacpp_server.py) showed --
 def _llamacpp(server: FakeServer, **kwargs: Any) -> OpenAIBackend:
     return _backend(server, model="smollm2", flavor="llamacpp", **kwargs)
