@@ -16,10 +16,12 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
     │   ├── GuardrailTripped            a guardrail stopped the run (guardrail, kind, output)
     │   ├── HookError                   a RunHooks method raised (hook names it; the cause is chained)
     │   ├── HistoryProcessorError       a history processor broke call/result adjacency or the open batch (names it)
-    │   └── CompactionError             compaction could not summarise (the summariser gave no text)
+    │   ├── CompactionError             compaction could not summarise (the summariser gave no text)
+    │   └── CallInProgressError         another resume holds the ledger claim on a call (run_id, call_id)
     ├── RunStateError                   parley.errors: a RunState cannot be loaded or resolved
     │   ├── RunStateVersionError        unknown or newer schema_version
     │   ├── UnknownCallError            approve/reject/provide_result on a call that is not pending
+    │   ├── RunStateMismatchError       resumed by an agent other than its own (differences names them)
     │   └── ApprovalArgumentsError      edited arguments fail the tool's schema
     ├── ScriptError                     parley.errors: a ScriptedBackend/FunctionBackend test double
     │   ├── ScriptExhaustedError        the model was called more times than scripted
@@ -242,6 +244,16 @@ class CompactionError(AgentError):
     """Compaction (`parley.compaction.Compaction`) could not summarise the older messages."""
 
 
+class CallInProgressError(AgentError):
+    """Another resume of the same run holds the execution ledger's claim on this call and has not
+    recorded its result (yet): running it here too could do its side effect twice (`parley.ledger`)."""
+
+    def __init__(self, message: str, *, run_id: str, call_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.call_id = call_id
+
+
 class RunStateError(ParleyError):
     """A RunState cannot be loaded, resumed or resolved as asked."""
 
@@ -252,6 +264,16 @@ class RunStateVersionError(RunStateError):
 
 class UnknownCallError(RunStateError):
     """approve/reject/provide_result named a call id that is not pending in this state."""
+
+
+class RunStateMismatchError(RunStateError):
+    """The state was saved by another agent (name, tools and their argument schemas, output schema,
+    child agents differ): resuming it could run this agent's tool on an approval given for another's.
+    `differences` lists each one, in words (`parley.fingerprint`)."""
+
+    def __init__(self, message: str, *, differences: list[str]) -> None:
+        super().__init__(message)
+        self.differences = differences
 
 
 class ApprovalArgumentsError(RunStateError):
@@ -312,6 +334,7 @@ __all__ = [
     "BackendUnavailableError",
     "BadRequestError",
     "BlobIntegrityError",
+    "CallInProgressError",
     "CodecConfigError",
     "CompactionError",
     "CompileLimitError",
@@ -351,6 +374,7 @@ __all__ = [
     "ResultChannelError",
     "RetryableToolError",
     "RunStateError",
+    "RunStateMismatchError",
     "RunStateVersionError",
     "SandboxError",
     "SandboxLaunchError",
