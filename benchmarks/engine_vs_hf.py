@@ -114,7 +114,7 @@ class Bench:
         self.threads = args.threads or len(os.sched_getaffinity(0))
         torch.set_num_threads(self.threads)
         self.folder = loader.resolve(None).folder
-        self.cfg = EngineConfig(num_threads=self.threads)
+        self.cfg = EngineConfig(num_threads=self.threads, quantization=None, speculation=None)  # HF runs unquantised
         self.results: dict[str, Any] = {"device": args.device, "threads": self.threads, "runs": args.runs}
         self.rows: list[tuple[str, str, str, str]] = []
         self.parity_identical = 0

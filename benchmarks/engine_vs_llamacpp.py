@@ -352,7 +352,8 @@ class Bench:
         engines = {}
         for flag in (False, True):
             cfg = EngineConfig(num_threads=self.threads, quantization=spec.get("quantization"),
-                               quantize_lm_head=spec.get("quantize_lm_head", False), compile=flag)
+                               quantize_lm_head=spec.get("quantize_lm_head", False), compile=flag,
+                               speculation=None)
             engines[flag] = Engine.from_pretrained(None, device="cpu", dtype=spec["dtype"], config=cfg)
         try:
             stats = engines[True].stats()

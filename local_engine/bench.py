@@ -145,6 +145,7 @@ class EngineBench:
 
 
 MODES: dict[str, dict[str, Any]] = {
+    "auto": {"dtype": "float32", "quantization": "auto", "speculation": "auto"},
     "fp32": {"dtype": "float32"},
     "bf16": {"dtype": "bfloat16"},
     "int8": {"dtype": "float32", "quantization": "int8"},
@@ -154,23 +155,30 @@ MODES: dict[str, dict[str, Any]] = {
     "q8": {"dtype": "float32", "quantization": "q8"},
     "q8-head": {"dtype": "float32", "quantization": "q8", "quantize_lm_head": True},
 }
-"""Modes by name: int8, q4 and q8 keep the LM head fp32 (the default); the -head modes quantise it too (int8 per
-channel; q4/q8 in 8-bit groups), a measured trade. q4/q8 load a GGUF's Q4_x / Q8_0 blocks as they are."""
+"""Modes by name. "auto" is what every engine runs unless told otherwise (auto_mode.py: on this model q4 with an
+8-bit LM head and n-gram speculation). int8, q4 and q8 keep the LM head fp32; the -head modes quantise it too
+(int8 per channel; q4/q8 in 8-bit groups). q4/q8 load a GGUF's Q4_x / Q8_0 blocks as they are."""
 
 
-def open_engine(model: Any, mode: str, *, threads: int | None, speculation: str | None = None) -> Any:
-    """An engine over `model` in `mode` (a key of MODES), on CPU."""
+def open_engine(model: Any, mode: str, *, threads: int | None, speculation: str | None = None,
+                compile: bool = False) -> Any:
+    """An engine over `model` in `mode` (a key of MODES), on CPU. `speculation` None: the mode's own
+    ("auto" for the auto mode, off for the named ones, so their decode figures are plain decoding)."""
     from parley.local_engine import Engine, EngineConfig
 
     spec = MODES[mode]
+    auto = spec.get("quantization") == "auto"
     cfg = EngineConfig(num_threads=threads, quantization=spec.get("quantization"),
-                       quantize_lm_head=spec.get("quantize_lm_head", False), speculation=speculation)
+                       quantize_lm_head=None if auto else spec.get("quantize_lm_head", False),
+                       speculation=speculation if speculation is not None else spec.get("speculation"),
+                       compile=compile)
     return Engine.from_pretrained(model, device="cpu", dtype=spec["dtype"], config=cfg)
 
 
-def run(model: Any = None, *, modes: Iterable[str] = ("fp32", "int8"), threads: int | None = None, runs: int = 3,
+def run(model: Any = None, *, modes: Iterable[str] = ("auto", "fp32"), threads: int | None = None, runs: int = 3,
         decode_tokens: int = 64, prefill_tokens: int = 512, batch: int = 16, batch_tokens: int = 48,
-        speculation: bool = True, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        speculation: bool = True, engine_speculation: str | None = None, compile: bool = False,
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every workload for every mode: `{"modes": {mode: {figure: value}}, "load_avg": ..., ...}`."""
     import torch
 
@@ -181,11 +189,12 @@ def run(model: Any = None, *, modes: Iterable[str] = ("fp32", "int8"), threads: 
                               "load_avg_start": load_average(), "modes": {}}
     for mode in modes:
         say(f"{mode}: loading")
-        engine = open_engine(model, mode, threads=threads)
+        engine = open_engine(model, mode, threads=threads, speculation=engine_speculation, compile=compile)
         try:
             tok = engine.tokenizer
             b = EngineBench(engine, runs=runs)
-            fig: dict[str, Any] = {"model_id": engine.model_id}
+            fig: dict[str, Any] = {"model_id": engine.model_id, "mode": engine.mode,
+                                   "mode_reason": engine.mode_reason}
             say(f"{mode}: decode")
             rate, _ = b.decode(chat_ids(tok, QUESTIONS[0]), decode_tokens)
             fig.update(decode_tok_s=round(rate.median, 2), decode_tok_s_best=round(rate.best_high, 2))
@@ -215,7 +224,7 @@ def spec_figures(model: Any, mode: str, *, threads: int | None, runs: int, token
     """Speed-up of `speculation="ngram"` over plain decode on structured (JSON echo) and prose answers, the
     acceptance rate, and whether the tokens were the same (greedy)."""
     out: dict[str, Any] = {}
-    engines = {s: open_engine(model, mode, threads=threads, speculation=s) for s in (None, "ngram")}
+    engines = {s: open_engine(model, mode, threads=threads, speculation=s or "none") for s in (None, "ngram")}
     try:
         tok = engines[None].tokenizer
         for name, task in (("structured", STRUCTURED_TASK), ("prose", PROSE_TASK)):

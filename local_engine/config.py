@@ -17,6 +17,21 @@ QUANTIZATIONS: tuple[str, ...] = ("int8", "q4", "q8")
 """`EngineConfig.quantization` values (quant.py implements them; this module stays torch-free)."""
 SPECULATION_METHODS: tuple[str, ...] = ("ngram",)
 """`EngineConfig.speculation` values (speculative.py)."""
+AUTO = "auto"
+"""The default of `quantization` and `speculation`: chosen at load from the device and the file (auto_mode.py)."""
+
+
+def normalize_quantization(value: object, *, field: str = "EngineConfig.quantization") -> str | None:
+    """A `quantization` value as stored: None, "auto" or a scheme, lower-case; "none"/"off"/"fp32" mean None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("none", "off", "fp32", "float"):
+            return None
+        if lowered == AUTO or lowered in QUANTIZATIONS:
+            return lowered
+    raise EngineConfigError(f"{field} must be None, {AUTO!r} or one of {list(QUANTIZATIONS)}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -31,17 +46,23 @@ class EngineConfig:
     - `max_model_len`: context cap (None = the model's own).
     - `enable_prefix_caching`: reuse full KV blocks across requests with the same hash chain.
     - `num_threads`: torch intra-op threads on CPU (None = every core this process may use).
-    - `quantization`: how layer weights are stored and run: None (the engine's dtype) or "int8" (weight-only
+    - `quantization`: how layer weights are stored and run: "auto" (the default: chosen at load from the device
+      and the file, see auto_mode.py; on CPU fp32 a 4-bit GGUF runs "q4", anything else "q8"), None (the
+      engine's dtype; "none" is accepted too) or "int8" (weight-only
       per-channel int8 through fbgemm's dynamic-int8 linear, CPU fp32 only; see quant.py), "q4" (4-bit groups of
       32 with scale and minimum, GGUF Q4_0/Q4_1 blocks loaded as they are) or "q8" (8-bit groups of 32, GGUF
       Q8_0), both through parley's own C++ kernel (quant4.py). Part of the model identity, so prefix-cached KV
       is never shared across modes.
     - `quantize_lm_head`: with `quantization`, run the LM head (and tied embedding's matrix) quantised too
-      (int8: per channel; q4 and q8: 8-bit groups); off by default (the output side is the sensitive matrix).
-    - `speculation`: None or "ngram": prompt-lookup drafts verified in one forward (speculative.py). Tokens are
-      those of plain decoding (greedy, and seeded sampling draw for draw); it pauses itself per request when
-      few drafts are accepted.
+      (int8: per channel; q4 and q8: 8-bit groups). None (the default) = the mode's measured choice: 8-bit
+      groups when "auto" picked q4/q8, else off (the output side is the sensitive matrix; auto_mode.py).
+    - `speculation`: "auto" (the default: "ngram" when loading a checkpoint, see auto_mode.py), None or
+      "ngram": prompt-lookup drafts verified in one forward (speculative.py). Tokens are those of plain
+      decoding (greedy, and seeded sampling draw for draw); it pauses itself per request when few drafts are
+      accepted.
     - `speculative_tokens`: the most tokens drafted per step and request.
+    - `speculative_max_batch`: drafts are attached only while at most this many sequences decode in a step
+      (a large batch is no longer bound by reading the weights, so verifying drafts would cost compute).
     - `adaptive_threads`: on CPU, time decode steps on every thread and on one and keep the faster per batch
       size (threads.py `DecodeThreads`: on a busy machine a 2-thread team waits for a descheduled thread at
       every GEMM); False = every step uses `num_threads`.
@@ -59,17 +80,18 @@ class EngineConfig:
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
     num_threads: int | None = None
-    quantization: str | None = None
-    quantize_lm_head: bool = False
-    speculation: str | None = None
+    quantization: str | None = AUTO
+    quantize_lm_head: bool | None = None
+    speculation: str | None = AUTO
     speculative_tokens: int = 4
+    speculative_max_batch: int = 4
     compile: bool = False
     adaptive_threads: bool = True
 
     def __post_init__(self) -> None:
         least = {"block_size": 1, "kv_cache_bytes": 1, "num_kv_blocks": 1, "max_num_batched_tokens": 1,
                  "max_num_seqs": 1, "max_waiting": 0, "max_model_len": 1, "num_threads": 1,
-                 "speculative_tokens": 1}
+                 "speculative_tokens": 1, "speculative_max_batch": 1}
         optional = ("num_kv_blocks", "max_model_len", "num_threads")
         for name, low in least.items():
             value = getattr(self, name)
@@ -80,18 +102,20 @@ class EngineConfig:
                     f"EngineConfig.{name} must be an integer >= {low}{' or None' if name in optional else ''}, "
                     f"got {value!r}"
                 )
-        for flag in ("enable_prefix_caching", "quantize_lm_head", "compile", "adaptive_threads"):
+        for flag in ("enable_prefix_caching", "compile", "adaptive_threads"):
             if not isinstance(getattr(self, flag), bool):
                 raise EngineConfigError(f"EngineConfig.{flag} must be a bool, got {getattr(self, flag)!r}")
-        if self.quantization is not None:
-            if not isinstance(self.quantization, str) or self.quantization.lower() not in QUANTIZATIONS:
-                raise EngineConfigError(
-                    f"EngineConfig.quantization must be None or one of {list(QUANTIZATIONS)}, got {self.quantization!r}"
-                )
-            object.__setattr__(self, "quantization", self.quantization.lower())
-        if self.speculation is not None and self.speculation not in SPECULATION_METHODS:
+        if self.quantize_lm_head is not None and not isinstance(self.quantize_lm_head, bool):
             raise EngineConfigError(
-                f"EngineConfig.speculation must be None or one of {list(SPECULATION_METHODS)}, got {self.speculation!r}"
+                f"EngineConfig.quantize_lm_head must be a bool or None, got {self.quantize_lm_head!r}"
+            )
+        object.__setattr__(self, "quantization", normalize_quantization(self.quantization))
+        if isinstance(self.speculation, str) and self.speculation.lower() in ("none", "off"):
+            object.__setattr__(self, "speculation", None)
+        if self.speculation is not None and self.speculation not in (AUTO, *SPECULATION_METHODS):
+            raise EngineConfigError(
+                f"EngineConfig.speculation must be None, {AUTO!r} or one of {list(SPECULATION_METHODS)}, "
+                f"got {self.speculation!r}"
             )
         if self.quantize_lm_head and self.quantization is None:
             raise EngineConfigError("EngineConfig.quantize_lm_head needs EngineConfig.quantization to be set")

@@ -23,8 +23,9 @@ from typing import Any
 import torch
 
 from parley.local_engine import loader
+from parley.local_engine.auto_mode import choose_quantization, choose_speculation
 from parley.local_engine.block_manager import BlockManager, release_window
-from parley.local_engine.config import EngineConfig, SamplingParams
+from parley.local_engine.config import AUTO, EngineConfig, SamplingParams, normalize_quantization
 from parley.local_engine.core import Admission, EngineCore, Sink
 from parley.local_engine.errors import (
     AdmissionError,
@@ -37,7 +38,7 @@ from parley.local_engine.hooks import ComposedHook, TokenHook
 from parley.local_engine.models import registry
 from parley.local_engine.models.decoder import DecoderModel
 from parley.local_engine.outputs import GenerationOutput, StreamDelta
-from parley.local_engine.quant import calibration_ids, check_quantization, quantization_unavailable_reason
+from parley.local_engine.quant import calibration_ids, quantization_unavailable_reason
 from parley.local_engine.runner import CausalLM, ModelRunner
 from parley.local_engine.sampler import Sampler
 from parley.local_engine.scheduler import Scheduler
@@ -82,6 +83,21 @@ def _as_device(device: str | torch.device | None) -> torch.device:
     return dev
 
 
+def _as_built(config: EngineConfig, model: Any) -> EngineConfig:
+    """`config` with its "auto" fields settled for a model that is already built (from_pretrained settles them
+    before building): the net's own quantisation, and no speculation."""
+    built = getattr(model, "quantization", None)
+    quantization = built if config.quantization in (AUTO, None) else config.quantization
+    head = config.quantize_lm_head
+    if head is None:
+        head = bool(getattr(model, "quantize_lm_head", False))
+    speculation = None if config.speculation == AUTO else config.speculation
+    if (quantization, head, speculation) == (config.quantization, config.quantize_lm_head, config.speculation):
+        return config
+    return dataclasses.replace(config, quantization=quantization, quantize_lm_head=head and quantization is not None,
+                               speculation=speculation)
+
+
 def _name_of(model_id: str) -> str:
     """A display name from an identity such as ``name@hash/dtype`` (or a path)."""
     parts = [p for p in model_id.split("@", 1)[0].replace("\\", "/").split("/") if p]
@@ -104,9 +120,12 @@ class Engine:
         eos_token_ids: frozenset[int] = frozenset(),
         config: EngineConfig | None = None,
         model_name: str | None = None,
+        mode_reason: str | None = None,
     ) -> None:
-        self.config = config or EngineConfig()
+        self.config = _as_built(config or EngineConfig(), model)
         cfg = self.config
+        self.mode_reason = mode_reason or "as built (Engine.from_model)"
+        """Why the weights run as they do (auto_mode.py): shown by `parley serve` and `stats()`."""
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
@@ -150,6 +169,7 @@ class Engine:
         if cfg.speculation == "ngram":
             self.drafter = NgramDrafter(cfg.speculative_tokens)
             self.scheduler.drafter = self.drafter.propose
+            self.scheduler.draft_max_batch = cfg.speculative_max_batch
         self.sampler = Sampler(vocab_size, self.device, eos_token_ids)
         self.timer = StepTimer()
         self._admission = Admission()
@@ -177,7 +197,9 @@ class Engine:
         """Load a model: None = the embedded SmolLM2, else a .gguf file or a HF folder of a family that
         `models.registry.MODEL_TYPES` lists (Llama, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, gpt-oss).
 
-        `quantization` ("int8", "q4" or "q8"; CPU fp32; see quant.py, quant4.py) overrides `config.quantization`.
+        `quantization` ("auto", None/"none", "int8", "q4" or "q8"; the quantised modes are CPU fp32; see
+        auto_mode.py, quant.py, quant4.py) overrides `config.quantization`, whose default is "auto": on CPU
+        fp32 a 4-bit GGUF runs q4 and any other model q8, both with an 8-bit LM head; elsewhere the dtype.
 
         Errors are `ParleyError`s: `ModelNotFoundError` (nothing local to load), `ModelLoadError` (unreadable
         files, an unsupported architecture or config field, missing, misshapen or unused weights),
@@ -187,12 +209,21 @@ class Engine:
         dt = _as_dtype(dtype, dev)
         config = config or EngineConfig()
         if quantization is not None:
-            config = dataclasses.replace(config, quantization=check_quantization(quantization, field="quantization"))
+            scheme = normalize_quantization(quantization, field="quantization")
+            config = dataclasses.replace(config, quantization=scheme)
+        files = loader.resolve(model)
+        mode_reason = "as asked"
+        if config.quantization == AUTO:
+            choice = choose_quantization(files.source, dev, dt, quantize_lm_head=config.quantize_lm_head)
+            config = dataclasses.replace(config, quantization=choice.quantization,
+                                         quantize_lm_head=choice.quantize_lm_head)
+            mode_reason = choice.reason
+        config = dataclasses.replace(config, quantize_lm_head=bool(config.quantize_lm_head),
+                                     speculation=choose_speculation(config.speculation))
         if config.quantization is not None:
             why = quantization_unavailable_reason(config.quantization, dev, dt)
             if why is not None:
                 raise EngineConfigError(f"quantization={config.quantization!r} cannot run here: {why}")
-        files = loader.resolve(model)
         family, arch = registry.architecture(loader.load_config(files.folder))
         state = loader.load_state_dict(files.folder)
         if config.quantization in ("q4", "q8") and files.source.suffix == ".gguf":
@@ -205,8 +236,8 @@ class Engine:
             except (ValueError, OSError, KeyError, IndexError) as exc:  # gguf's reader on a damaged file
                 raise ModelLoadError(f"cannot read the quantised blocks of {files.source}: {exc}") from exc
         # Weights are checked before the tokenizer is read (a bad tensor is named, whatever the tokenizer);
-        # only a quantized load needs it first, for its calibration prompt.
-        tokenizer = loader.load_tokenizer(files.folder) if config.quantization is not None else None
+        # only an int8 load needs it first, for its calibration prompt (quant.py; q4/q8 keep no activation ranges).
+        tokenizer = loader.load_tokenizer(files.folder) if config.quantization == "int8" else None
         calibration = calibration_ids(tokenizer) if tokenizer is not None else None
         try:
             net = family.from_hf_state_dict(arch, state, dev, dt, quantization=config.quantization,
@@ -222,17 +253,20 @@ class Engine:
         return cls.from_model(
             net, tokenizer, model_id=f"{files.model_id}/{mode}",
             model_name=files.name, eos_token_ids=loader.eos_token_ids(files.folder, tokenizer), config=config,
+            mode_reason=mode_reason,
         )
 
     @classmethod
     def from_model(
         cls, net: DecoderModel, tokenizer: Any, *, model_id: str, eos_token_ids: frozenset[int] = frozenset(),
-        config: EngineConfig | None = None, model_name: str | None = None,
+        config: EngineConfig | None = None, model_name: str | None = None, mode_reason: str | None = None,
     ) -> Engine:
-        """Wrap an already-built model (tests build tiny random ones)."""
+        """Wrap an already-built model (tests build tiny random ones). It runs as built: `"auto"` in `config`
+        takes the net's own quantisation and no speculation (auto_mode.py says why)."""
         return cls(
             net, tokenizer, model_id=model_id, model_name=model_name, vocab_size=net.arch.vocab_size,
             max_model_len=net.arch.max_position_embeddings, eos_token_ids=eos_token_ids, config=config,
+            mode_reason=mode_reason,
         )
 
     # ------------------------------------------------------------------ submission (any thread)
@@ -444,6 +478,21 @@ class Engine:
                         raise self._dead_error() from None
 
     # ------------------------------------------------------------------ figures and lifetime
+    @property
+    def mode(self) -> str:
+        """How the engine runs, in one token: dtype, weights mode, LM head, speculation (``float32+q4+head8+ngram``)."""
+        parts = [str(self.dtype).removeprefix("torch.")]
+        quantization = getattr(self.model, "quantization", None)
+        if quantization is not None:
+            parts.append(quantization)
+            if getattr(self.model, "quantize_lm_head", False):
+                parts.append("head8" if quantization in ("q4", "q8") else "head")
+        if self.config.speculation is not None:
+            parts.append(self.config.speculation)
+        if self.runner.compiled is not None:
+            parts.append("compiled")
+        return "+".join(parts)
+
     def stats(self) -> dict[str, Any]:
         s: dict[str, Any] = dict(self.block_manager.stats())
         s.update(self.scheduler.stats())
@@ -457,6 +506,8 @@ class Engine:
             window_blocks_skipped=self.runner.window_blocks_skipped,
             model_type=getattr(getattr(self.model, "arch", None), "model_type", None),
             quantization=getattr(self.model, "quantization", None), speculation=self.config.speculation,
+            quantize_lm_head=bool(getattr(self.model, "quantize_lm_head", False)), mode=self.mode,
+            mode_reason=self.mode_reason,
             compiled=self.runner.compiled is not None, compile_s=self.compile_s,
             decode_threads=None if self.decode_threads is None else self.decode_threads.stats(),
         )

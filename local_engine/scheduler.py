@@ -73,6 +73,8 @@ class Scheduler:
         self.drafter: Callable[[Sequence, int], list[int]] | None = None
         """Speculative drafts (speculative.py): `drafter(seq, room)` -> at most `room` tokens to verify after
         `seq`'s last token. Drafts use only the budget and free blocks left once everything else is scheduled."""
+        self.draft_max_batch = 1 << 30
+        """Drafts only in steps with at most this many decoding sequences (`EngineConfig.speculative_max_batch`)."""
 
     # ------------------------------------------------------------------ queue management
     def add(self, seq: Sequence) -> None:
@@ -175,6 +177,9 @@ class Scheduler:
     def _attach_drafts(self, out: SchedulerOutput, budget: int) -> None:
         """Give decodes speculative tokens from the leftover budget, in scheduling order, never preempting."""
         assert self.drafter is not None
+        decodes = sum(1 for item in out.items if item.num_new_tokens == 1 and item.samples)
+        if decodes > self.draft_max_batch:  # a big batch is compute-bound: verifying drafts would cost, not pay
+            return
         bm, bs = self.block_manager, self.block_manager.block_size
         for item in out.items:
             if budget <= 0:

@@ -123,6 +123,7 @@ class FakeEngine:
         self.max_model_len = max_model_len
         self.model_id = model_id
         self.model_name = model_name
+        self.mode = "fake"
         self.fixed_cached_tokens = cached_tokens
         """Report this many cached prompt tokens instead of the ledger's figure."""
         self.refuse: AdmissionError | None = None

@@ -43,7 +43,15 @@ class WeatherReport(BaseModel):
     report_sent: bool
 
 
-def _demo_agent(outbox: Path, *, max_tokens: int) -> Any:
+def _local_backend(args: argparse.Namespace, model: str | None = None) -> Any:
+    """The local backend the engine flags ask for (`parley._engine_flags`)."""
+    from parley._engine_flags import engine_config
+    from parley.backends.local import LocalBackend
+
+    return LocalBackend(model, engine_config=engine_config(args))
+
+
+def _demo_agent(outbox: Path, *, max_tokens: int, backend: Any = None) -> Any:
     from parley import Agent, Message, tool
     from parley.backends import NamedToolChoice, SamplingSettings, ToolChoice
     from parley.backends.local import LocalBackend
@@ -81,7 +89,7 @@ def _demo_agent(outbox: Path, *, max_tokens: int) -> Any:
         return "none"
 
     return Agent(
-        LocalBackend(),
+        backend if backend is not None else LocalBackend(),
         instructions="You are a weather assistant. Use the tools, then answer in JSON.",
         tools=[lookup_weather, send_report],
         output_type=WeatherReport,
@@ -101,8 +109,9 @@ async def _demo_async(args: argparse.Namespace) -> int:
     state_path, outbox = workdir / "state.json", workdir / "outbox.txt"
     started = time.perf_counter()
     print("parley demo: embedded SmolLM2-135M-Instruct on CPU, no network")
-    agent = _demo_agent(outbox, max_tokens=args.max_tokens)
-    print(f"  model loaded: {agent.backend.name} ({time.perf_counter() - started:.1f} s)")
+    backend = _local_backend(args)
+    agent = _demo_agent(outbox, max_tokens=args.max_tokens, backend=backend)
+    print(f"  model loaded: {agent.backend.name}, {backend.engine.mode} ({time.perf_counter() - started:.1f} s)")
     print(f"  user: {DEMO_PROMPT}")
 
     async def run(stream: Any) -> RunResult[Any]:
@@ -163,12 +172,11 @@ def _demo(args: argparse.Namespace) -> int:
 async def _chat_async(args: argparse.Namespace) -> int:
     from parley import Agent, Message, Reasoning, RunResult
     from parley.backends import SamplingSettings
-    from parley.backends.local import LocalBackend
     from parley.protocol import ReasoningDelta, TextDelta
 
     reasoning = Reasoning(budget_tokens=args.think) if args.think is not None else None
     agent: Agent[str] = Agent(
-        LocalBackend(args.model),
+        _local_backend(args, args.model),
         instructions=args.system,
         reasoning=reasoning,
         sampling=SamplingSettings(max_tokens=args.max_tokens, temperature=args.temperature),
@@ -213,7 +221,9 @@ def _bench(args: argparse.Namespace) -> int:
 
     from parley.local_engine import bench
 
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    chosen = args.modes if args.modes is not None else ("auto,fp32" if args.quantization == "auto" else
+                                                        "fp32" if args.quantization == "none" else args.quantization)
+    modes = [m.strip() for m in chosen.split(",") if m.strip()]
     unknown = [m for m in modes if m not in bench.MODES]
     if unknown or not modes:
         print(f"parley bench: unknown mode {unknown[0] if unknown else args.modes!r}; "
@@ -228,18 +238,23 @@ def _bench(args: argparse.Namespace) -> int:
 
         result = bench.run(args.model, modes=modes, threads=args.threads, runs=args.runs,
                            decode_tokens=args.tokens, prefill_tokens=args.prefill, batch=args.batch,
-                           speculation=not args.no_spec, progress=progress)
+                           speculation=not args.no_spec, compile=args.compile,
+                           engine_speculation=None if args.speculation == "auto" else args.speculation,
+                           progress=progress)
     print(json.dumps(result) if args.json else bench.table(result))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from parley._engine_flags import add_engine_flags
+
     parser = argparse.ArgumentParser(prog="parley", description="parley: agents over local and hosted models")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="approval pause, durable state, resume, typed answer (embedded model)")
     demo.add_argument("--dir", help="where to write state.json and outbox.txt (default: a new temp folder)")
     demo.add_argument("--max-tokens", type=int, default=64, help="per model turn")
+    add_engine_flags(demo)
     demo.set_defaults(func=_demo)
 
     chat = sub.add_parser("chat", help="interactive streaming chat with the local model")
@@ -249,20 +264,22 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--show-reasoning", action="store_true")
     chat.add_argument("--max-tokens", type=int, default=256)
     chat.add_argument("--temperature", type=float, default=0.0)
+    add_engine_flags(chat)
     chat.set_defaults(func=_chat)
 
     bench_cmd = sub.add_parser("bench", help="the local engine's speed on this machine: decode, prefill, batching, "
                                              "cached-prefix TTFT, speculative decoding, per mode")
     bench_cmd.add_argument("--model", default=None, help="a .gguf file or HF folder (default: embedded SmolLM2)")
-    bench_cmd.add_argument("--modes", default="fp32,int8,q4", help="comma-separated: fp32, bf16, int8, int8-head, "
-                                                          "q4, q4-head, q8, q8-head")
-    bench_cmd.add_argument("--threads", type=int, default=None, help="CPU threads (default: every usable core)")
+    bench_cmd.add_argument("--modes", default=None, help="comma-separated: auto (the default every engine runs), "
+                           "fp32, bf16, int8, int8-head, q4, q4-head, q8, q8-head (default: auto,fp32, or the "
+                           "--quantization mode)")
     bench_cmd.add_argument("--runs", type=int, default=3, help="timed runs per figure (the median is shown)")
     bench_cmd.add_argument("--tokens", type=int, default=64, help="decode length")
     bench_cmd.add_argument("--prefill", type=int, default=512, help="prompt length of the prefill figures")
     bench_cmd.add_argument("--batch", type=int, default=16, help="concurrent requests of the batching figure")
     bench_cmd.add_argument("--no-spec", action="store_true", help="skip the speculative-decoding figures")
     bench_cmd.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    add_engine_flags(bench_cmd)
     bench_cmd.set_defaults(func=_bench)
 
     from parley.server.cli import add_serve_command

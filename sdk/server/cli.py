@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from parley._engine_flags import add_engine_flags, engine_config
 from parley.server.config import ServerConfig
 from parley.server.tenants import TenantRegistry
 
@@ -40,6 +41,7 @@ def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--max-waiting", type=int, default=None, help="engine admission queue bound")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
+    add_engine_flags(parser)
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(func=serve_main)
     return parser
@@ -77,11 +79,12 @@ def serve_main(args: argparse.Namespace) -> int:
     """Load the engine and serve until interrupted. Returns the process exit code."""
     import uvicorn
 
-    from parley.local_engine import Engine, EngineConfig
+    from parley.local_engine import Engine
     from parley.server.app import create_app
 
-    engine_config = EngineConfig(max_waiting=args.max_waiting) if args.max_waiting is not None else None
-    engine = Engine.from_pretrained(args.model, device=args.device, dtype=args.dtype, config=engine_config)
+    extra = {"max_waiting": args.max_waiting} if args.max_waiting is not None else {}
+    engine = Engine.from_pretrained(args.model, device=args.device, dtype=args.dtype,
+                                    config=engine_config(args, **extra))
     try:
         config = build_config(args, engine.model_name)
         if config.tenants.open and args.host not in ("127.0.0.1", "localhost", "::1"):
@@ -95,6 +98,7 @@ def serve_main(args: argparse.Namespace) -> int:
             f"parley serve: {config.model_name} on http://{args.host}:{args.port}  (OpenAI /v1/chat/completions, "
             f"Anthropic /v1/messages, /metrics); tenants: {len(config.tenants.keys) or 'open (no API keys)'}"
         )
+        print(f"  engine: {engine.mode} ({engine.mode_reason})")
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="off")
     finally:
         engine.close()

@@ -293,7 +293,7 @@ async def list_models(request: Request) -> Response:
                     "object": "model",
                     "created": state.created,
                     "owned_by": "parley",
-                    "root": state.engine.model_id,
+                    "root": f"{state.engine.model_id.split('/', 1)[0]}/{state.engine.mode}",
                     "max_model_len": state.engine.max_model_len,
                 }
             ],

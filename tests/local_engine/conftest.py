@@ -94,7 +94,9 @@ DEVICE = os.environ.get("PARLEY_TEST_DEVICE", "cpu")
 
 @pytest.fixture(scope="session")
 def smol_engine() -> Iterator[Engine]:
-    engine = Engine.from_pretrained(None, device=DEVICE, dtype="float32")
+    """The embedded model unquantised in fp32, without speculation: the parity tests hold it to transformers."""
+    engine = Engine.from_pretrained(None, device=DEVICE, dtype="float32",
+                                    config=EngineConfig(quantization=None, speculation=None))
     yield engine
     engine.close()
 

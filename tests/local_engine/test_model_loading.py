@@ -32,7 +32,7 @@ transformers = pytest.importorskip("transformers")
 from parley.local_engine import Engine, EngineConfig, ModelLoadError, SamplingParams  # noqa: E402
 from parley.local_engine.models import registry  # noqa: E402
 
-SMALL = EngineConfig(num_kv_blocks=64, block_size=4, max_num_batched_tokens=16)
+SMALL = EngineConfig(num_kv_blocks=64, block_size=4, max_num_batched_tokens=16, quantization=None)  # HF parity: fp32
 
 
 def write_tokenizer(folder: Path) -> None:

@@ -58,7 +58,7 @@ def _net() -> Any:
 )
 def test_model_name_comes_from_the_caller_or_the_id(model_id: str, model_name: str | None, expected: str) -> None:
     engine = Engine.from_model(_net(), ByteTokenizer(), model_id=model_id, model_name=model_name,
-                               config=EngineConfig(num_kv_blocks=8, block_size=4))
+                               config=EngineConfig(num_kv_blocks=8, block_size=4, quantization=None))
     try:
         assert engine.model_name == expected
         assert engine.model_id == model_id  # the cache identity is untouched
@@ -80,7 +80,7 @@ def test_a_hf_folder_loads_under_its_folder_name(tmp_path: Path) -> None:
         if (embedded / extra).is_file():
             shutil.copy(embedded / extra, folder / extra)
     engine = Engine.from_pretrained(folder, device="cpu", dtype="float32",
-                                    config=EngineConfig(num_kv_blocks=8, block_size=4))
+                                    config=EngineConfig(num_kv_blocks=8, block_size=4, quantization=None))
     try:
         assert engine.model_name == "Tiny-Chat-v2"
         assert engine.model_id.startswith("Tiny-Chat-v2@") and engine.model_id.endswith("/float32")

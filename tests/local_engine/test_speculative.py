@@ -17,7 +17,7 @@ from parley.local_engine.speculative import NgramDrafter  # noqa: E402
 from tests.local_engine.conftest import engine_from_hf  # noqa: E402
 
 SPEC = EngineConfig(num_kv_blocks=256, block_size=4, max_num_batched_tokens=64, speculation="ngram",
-                    speculative_tokens=4)
+                    speculative_tokens=4, speculative_max_batch=64)  # batches of 8 verify drafts too
 PLAIN = EngineConfig(num_kv_blocks=256, block_size=4, max_num_batched_tokens=64)
 
 
@@ -255,7 +255,8 @@ def test_smollm2_speculation_keeps_greedy_tokens_on_structured_text(smol_engine:
     ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     p = SamplingParams(max_tokens=48, min_tokens=48)
     ref = smol_engine.generate([ids], p)[0].token_ids
-    spec = Engine.from_pretrained(None, device="cpu", dtype="float32", config=EngineConfig(speculation="ngram"))
+    spec = Engine.from_pretrained(None, device="cpu", dtype="float32",
+                                  config=EngineConfig(speculation="ngram", quantization=None))
     try:
         got = spec.generate([ids], p)[0].token_ids
         stats = spec.stats()

@@ -23,22 +23,33 @@ from parley.protocol import Event, Message, MessageEnd, Usage, UsageEvent
 from parley.reasoning import ReasoningBudgetHook
 
 if TYPE_CHECKING:
-    from parley.local_engine import Engine
+    from parley.local_engine import Engine, EngineConfig
 
 DEFAULT_MAX_TOKENS = 512
-_ENGINES: dict[tuple[str | None, str | None, str | None], Engine] = {}
+_ENGINES: dict[tuple[object, ...], Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def shared_engine(model: str | None = None, *, device: str | None = None, dtype: str | None = None) -> Engine:
-    """One engine per (model, device, dtype) per process: loading weights is the slow part."""
-    key = (model, device, dtype)
+def shared_engine(
+    model: str | None = None,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    quantization: str | None = "auto",
+    engine_config: EngineConfig | None = None,
+) -> Engine:
+    """One engine per (model, device, dtype, quantization, config) per process: loading weights is the slow part.
+
+    `quantization="auto"` (the default, as in `Engine.from_pretrained`) runs what was measured fastest within
+    1 % of the model's quality (`parley.local_engine.auto_mode`); None runs the dtype unquantised."""
+    key = (model, device, dtype, quantization, engine_config)
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
         if engine is None:
             from parley.local_engine import Engine
 
-            engine = Engine.from_pretrained(model, device=device, dtype=dtype)
+            engine = Engine.from_pretrained(model, device=device, dtype=dtype, config=engine_config,
+                                            quantization="none" if quantization is None else quantization)
             _ENGINES[key] = engine
         return engine
 
@@ -48,6 +59,9 @@ class LocalBackend:
 
     `engine` may be any `EnginePort` (e.g. `parley.local_engine.testing.FakeEngine` in tests);
     `codec` defaults to the one the model's family needs (`parley.backends.local.codec.codec_for`).
+    `quantization` ("auto", the default; None for the dtype unquantised; "q4", "q8", "int8") and
+    `engine_config` (an `EngineConfig`: threads, speculation, compile, KV pool...) shape the engine this
+    backend loads; engines are shared per process by those settings (`shared_engine`).
     """
 
     def __init__(
@@ -59,12 +73,19 @@ class LocalBackend:
         dtype: str | None = None,
         codec: PromptCodec | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        quantization: str | None = "auto",
+        engine_config: EngineConfig | None = None,
     ) -> None:
-        if engine is not None and model is not None:
-            raise ConfigurationError("pass either model or engine to LocalBackend, not both")
+        if engine is not None and (model is not None or engine_config is not None or quantization != "auto"):
+            raise ConfigurationError(
+                "pass either engine or the settings LocalBackend loads one with (model, quantization, "
+                "engine_config), not both"
+            )
         self._model = model
         self._device = device
         self._dtype = dtype
+        self._quantization = quantization
+        self._engine_config = engine_config
         self._engine = engine
         self._codec = codec
         self.max_tokens = max_tokens
@@ -75,7 +96,8 @@ class LocalBackend:
     @property
     def engine(self) -> EnginePort:
         if self._engine is None:
-            self._engine = shared_engine(self._model, device=self._device, dtype=self._dtype)
+            self._engine = shared_engine(self._model, device=self._device, dtype=self._dtype,
+                                         quantization=self._quantization, engine_config=self._engine_config)
         return self._engine
 
     @property

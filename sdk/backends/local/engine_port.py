@@ -31,6 +31,11 @@ class EnginePort(Protocol):
         ...
 
     @property
+    def mode(self) -> str:
+        """How the weights run (``float32+q4+head8+ngram``): what `parley serve` shows as the model's root."""
+        ...
+
+    @property
     def vocab_size(self) -> int:
         """Rows of the logits: grammar bitmasks are this wide."""
         ...

@@ -108,9 +108,14 @@ def real_engine() -> Iterator[Any]:
 @pytest.mark.model
 def test_the_embedded_model_is_served_as_smollm2_135m_instruct(real_engine: Any) -> None:
     assert real_engine.model_name == "SmolLM2-135M-Instruct"
-    assert real_engine.model_id.startswith("SmolLM2-135M-Instruct.Q4_1@") and real_engine.model_id.endswith("/float32")
+    # the default mode (auto_mode.py): the file's Q4_1 blocks, an 8-bit LM head, n-gram speculation
+    assert real_engine.model_id.startswith("SmolLM2-135M-Instruct.Q4_1@")
+    assert real_engine.model_id.endswith("/float32+q4+head")
     config = build_config(parse(), real_engine.model_name)  # what `parley serve` does
     with BackgroundServer(create_app(real_engine, config=config)) as server:
+        [model] = httpx.get(server.base_url + "/v1/models", timeout=30).json()["data"]
+        assert model["root"].startswith("SmolLM2-135M-Instruct.Q4_1@")  # the served root names the mode
+        assert model["root"].endswith("/float32+q4+head8+ngram")
         openai_ids, anthropic_ids = listed(server)
         assert openai_ids == ["SmolLM2-135M-Instruct"] and anthropic_ids == ["SmolLM2-135M-Instruct"]
         response = chat(server, "SmolLM2-135M-Instruct")
