@@ -360,11 +360,11 @@ def _input_parts(content: Any, at: str) -> list[TextPart | ImagePart | DocumentP
             if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
                 out.append(TextPart(text=part["text"]))
             elif kind == "input_image" and isinstance(part.get("image_url"), str):
-                out.append(ImagePart(url=part["image_url"]))  # a data: URL becomes bytes
+                out.append(ImagePart(url=part["image_url"]).noted_at(where))  # a data: URL becomes bytes
             elif kind == "input_file" and isinstance(part.get("file_data"), str):
-                out.append(DocumentPart(url=part["file_data"], title=part.get("filename")))
+                out.append(DocumentPart(url=part["file_data"], title=part.get("filename")).noted_at(where))
             elif kind == "input_file" and isinstance(part.get("file_url"), str):
-                out.append(DocumentPart(url=part["file_url"]))
+                out.append(DocumentPart(url=part["file_url"]).noted_at(where))
             else:
                 raise ProtocolError(f"{where}: unsupported content part {kind!r} (or a missing field; uploaded "
                                     "file ids cannot be resolved here)", param=where)

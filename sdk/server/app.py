@@ -1,6 +1,7 @@
 """`create_app(engine)`: the Starlette application behind `parley serve`.
 
-Routes: `POST /v1/chat/completions`, `GET /v1/models` (OpenAI), `POST /v1/messages` and
+Routes: `POST /v1/chat/completions`, `GET /v1/models`, `POST /v1/responses` with `GET`/`DELETE
+/v1/responses/{id}` (OpenAI), `POST /v1/messages` and
 `POST /v1/messages/count_tokens` (Anthropic),
 `GET /health`, `GET /metrics` (Prometheus text). Unknown paths and wrong methods answer in
 OpenAI's error shape (or Anthropic's under `/v1/messages`), never Starlette's plain text.
@@ -25,6 +26,8 @@ from parley.server.context import ServerState, error_response, state_of
 from parley.server.errors import ApiError, Dialect, ErrorKind
 from parley.server.metrics import Metrics
 from parley.server.openai_routes import chat_completions, list_models
+from parley.server.responses_routes import create_response, delete_response, get_response
+from parley.server.responses_store import ResponseStore
 
 
 async def health(request: Request) -> Response:
@@ -89,6 +92,9 @@ def create_app(
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
@@ -96,4 +102,5 @@ def create_app(
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.parley = state
+    app.state.parley_responses = ResponseStore(config.responses_store) if config.responses_store else None
     return app

@@ -22,6 +22,8 @@ class ServerConfig:
     - `default_max_tokens`: the OpenAI endpoint's limit when the client sends none (OpenAI's own
       default is "up to the context"; a CPU server wants a bound).
     - `max_deadline_s`: a client deadline is capped at this.
+    - `responses_store`: a SQLite file (or ``":memory:"``) keeping `/v1/responses` results for `store` and
+      `previous_response_id`, per tenant; None (the default) keeps nothing.
     """
 
     model_name: str = ""
@@ -35,6 +37,7 @@ class ServerConfig:
     constrain_auto_tool_calls: bool = True
     """With `tool_choice: auto`, enforce each tool's schema once the model opens a `<tool_call>` (vLLM only
     does this for strict tools; a small model needs it for every call)."""
+    responses_store: str | None = None
     retry_after_s: float = 1.0
     """The `retry-after` sent when the server is at `max_concurrent` and the engine gives no better hint."""
 
