@@ -19,6 +19,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from parley.local_engine.errors import ModelLoadError
 
@@ -30,8 +31,9 @@ _MAX_ENTRIES = 1 << 24  # far above any real file; a larger count is a damaged h
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # GGUF's order: the row length first (gguf-py's `shape`)
     type_name: str  # GGML's name for the block format: "Q4_1", "Q8_0", "Q4_K", "F32", ...
+    offset: int = 0  # where the tensor's bytes start, from the start of the file
 
 
 class _Cursor:
@@ -98,20 +100,24 @@ def read_tensor_table(path: Path) -> list[TensorInfo]:
             tensors, entries = cur.take("<Q"), cur.take("<Q")
             if tensors > _MAX_ENTRIES or entries > _MAX_ENTRIES:
                 raise ModelLoadError(f"{path}: the GGUF header claims {tensors} tensors and {entries} entries")
+            alignment = 32  # GGUF's default; `general.alignment` overrides it
             for _ in range(entries):
-                cur.string()
-                cur.skip_value(cur.take("<I"))
-            table = []
+                key = cur.string()
+                kind = cur.take("<I")
+                if key == "general.alignment" and kind == 4:
+                    alignment = max(cur.take("<I"), 1)
+                else:
+                    cur.skip_value(kind)
+            infos = []
             for _ in range(tensors):
                 name = cur.string()
                 dims = cur.take("<I")
                 if dims > 8:
                     raise ModelLoadError(f"{path}: tensor {name!r} claims {dims} dimensions")
                 shape = tuple(cur.take("<Q") for _ in range(dims))
-                type_id = cur.take("<I")
-                cur.skip(8)  # data offset
-                table.append(TensorInfo(name, shape, _type_name(type_id)))
-            return table
+                infos.append((name, shape, cur.take("<I"), cur.take("<Q")))
+            start = -(-cur.at // alignment) * alignment
+            return [TensorInfo(name, shape, _type_name(kind), start + off) for name, shape, kind, off in infos]
     except (OSError, ValueError) as exc:  # unreadable, or empty (mmap of a 0-byte file)
         raise ModelLoadError(f"cannot read the GGUF header of {path}: {exc}") from exc
 
@@ -128,3 +134,36 @@ def output_block_type(path: Path) -> str | None:
     """The LM head's block type: ``output.weight``, else the tied ``token_embd.weight`` (None if neither)."""
     table = {t.name: t.type_name for t in read_tensor_table(path)}
     return table.get("output.weight") or table.get("token_embd.weight")
+
+
+def tensor_arrays(path: Path) -> list[tuple[TensorInfo, Any]]:
+    """Every tensor with a read-only numpy view of its bytes, shaped as gguf-py's `GGUFReader` shapes `.data`
+    (rows first; a block-quantised row as its bytes), memory-mapped: nothing is read until used."""
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    table = read_tensor_table(path)
+    file = np.memmap(path, dtype=np.uint8, mode="r")
+    floats = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
+    out: list[tuple[TensorInfo, Any]] = []
+    for info in table:
+        dims = [int(d) for d in reversed(info.shape)] or [1]
+        if info.type_name in floats:
+            dtype = np.dtype(floats[info.type_name])
+            count = int(np.prod(dims))
+            raw = file[info.offset : info.offset + count * dtype.itemsize]
+            shape = dims
+        else:
+            try:
+                block, size = GGML_QUANT_SIZES[GGMLQuantizationType[info.type_name]]
+            except KeyError as exc:
+                raise ModelLoadError(f"{path}: tensor {info.name!r} has an unknown type {info.type_name}") from exc
+            if dims[-1] % block:
+                raise ModelLoadError(f"{path}: tensor {info.name!r} rows are not whole {info.type_name} blocks")
+            dtype = np.dtype(np.uint8)
+            shape = [*dims[:-1], dims[-1] // block * size]
+            raw = file[info.offset : info.offset + int(np.prod(shape))]
+        if raw.size * raw.itemsize != int(np.prod(shape)) * dtype.itemsize:
+            raise ModelLoadError(f"{path}: tensor {info.name!r} runs past the end of the file (cut?)")
+        out.append((info, raw.view(dtype).reshape(shape)))
+    return out

@@ -15,7 +15,12 @@ torch = pytest.importorskip("torch")
 from parley.local_engine import Engine, EngineConfig, SamplingParams  # noqa: E402
 from parley.local_engine.auto_mode import choose_quantization, choose_speculation  # noqa: E402
 from parley.local_engine.errors import EngineConfigError, ModelLoadError  # noqa: E402
-from parley.local_engine.gguf_header import layer_block_types, output_block_type, read_tensor_table  # noqa: E402
+from parley.local_engine.gguf_header import (  # noqa: E402
+    layer_block_types,
+    output_block_type,
+    read_tensor_table,
+    tensor_arrays,
+)
 from tests.local_engine.conftest import engine_from_hf, tiny_quantized_engine  # noqa: E402
 
 CPU, FP32 = torch.device("cpu"), torch.float32
@@ -65,6 +70,11 @@ def test_the_header_reader_gives_gguf_pys_table_in_a_fraction_of_its_time() -> N
     expected = [(t.name, tuple(int(d) for d in t.shape), t.tensor_type.name) for t in reader.tensors]
     got = [(t.name, t.shape, t.type_name) for t in read_tensor_table(path)]
     assert got == expected
+    arrays = tensor_arrays(path)  # the bytes too: the same views, memory-mapped
+    assert len(arrays) == len(reader.tensors)
+    for (info, data), theirs in zip(arrays, reader.tensors, strict=True):
+        assert (data.shape, data.dtype) == (theirs.data.shape, theirs.data.dtype), info.name
+        assert np.array_equal(data, theirs.data), info.name
     assert layer_block_types(path) == {"Q4_1": 210}  # every layer matrix of the embedded file is Q4_1
     assert output_block_type(path) == "Q8_0"  # its tied embedding: the 8-bit head is exactly these blocks
 
@@ -89,6 +99,11 @@ def test_a_header_cut_short_is_a_model_load_error(tmp_path: Path) -> None:
     cut.write_bytes(whole[:40])
     with pytest.raises(ModelLoadError, match="ends early"):
         read_tensor_table(cut)
+    data_cut = tmp_path / "data_cut.gguf"
+    data_cut.write_bytes(whole[:-100])  # the header is whole, the last tensor's bytes are not
+    assert len(read_tensor_table(data_cut)) == 3
+    with pytest.raises(ModelLoadError, match="past the end of the file"):
+        tensor_arrays(data_cut)
 
 
 # ---------------------------------------------------------------- the choice
