@@ -42,6 +42,7 @@ from parley.result import RunResult
 from parley.run_state import CompactionRecord, RepeatedCall, RunState
 from parley.sessions import Session
 from parley.sessions._run import commit_turn, load_history, stored_record
+from parley.sessions._storable import refuse_unstorable
 from parley.sessions.base import LiveView
 from parley.tools import ToolContext, call_key
 
@@ -135,6 +136,8 @@ class RunLoop:
                     f"the run used its max_turns={agent.max_turns} model turns without a final answer{why}",
                     state=state,
                 )
+            if self.session is not None:  # text the session could not store: refused before the model is paid
+                refuse_unstorable(state.messages)
             agent.usage_limits.check_before_request(state.usage)
             request = self._request()
             if agent.history_processors or agent.compaction is not None:  # parley.history, parley.compaction

@@ -37,6 +37,11 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
     │   │   ├── StreamInterruptedError
     │   │   └── MalformedStreamError
     │   └── AllBackendsFailed           every backend of a FallbackBackend failed (errors: each one's)
+    ├── SessionStoreError               parley.sessions.errors: a store failed (store, operation, retryable, state)
+    │   ├── SessionBusyError            locked by another writer past the timeout (retryable)
+    │   ├── SessionCorruptError         an empty, foreign or damaged database file
+    │   ├── SessionReadOnlyError        a write on a read-only file, connection or server
+    │   └── SessionUnavailableError     cannot be opened or reached (retryable)
     ├── ServeError                      parley.server.errors
     │   └── ApiError                    an HTTP error in the endpoint's documented shape
     ├── ProtocolError                   parley.protocol.errors
@@ -160,6 +165,13 @@ if typing.TYPE_CHECKING:
     )
     from parley.mcp.errors import MCPConnectionError, MCPToolsetError
     from parley.server.errors import ApiError, ServeError
+    from parley.sessions.errors import (
+        SessionBusyError,
+        SessionCorruptError,
+        SessionReadOnlyError,
+        SessionStoreError,
+        SessionUnavailableError,
+    )
 
 
 class ConfigurationError(ParleyError):
@@ -310,6 +322,11 @@ _LAZY = {
     "ReasoningSettingError": "parley.backends.errors",
     "ServeError": "parley.server.errors",
     "ServerError": "parley.backends.errors",
+    "SessionBusyError": "parley.sessions.errors",
+    "SessionCorruptError": "parley.sessions.errors",
+    "SessionReadOnlyError": "parley.sessions.errors",
+    "SessionStoreError": "parley.sessions.errors",
+    "SessionUnavailableError": "parley.sessions.errors",
     "StreamError": "parley.backends.errors",
     "StreamInterruptedError": "parley.backends.errors",
 }
@@ -385,6 +402,11 @@ __all__ = [
     "ScriptMismatchError",
     "ServeError",
     "ServerError",
+    "SessionBusyError",
+    "SessionCorruptError",
+    "SessionReadOnlyError",
+    "SessionStoreError",
+    "SessionUnavailableError",
     "StreamError",
     "StreamInterruptedError",
     "StrictJsonError",

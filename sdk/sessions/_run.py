@@ -9,6 +9,7 @@ from parley.errors import ConfigurationError
 from parley.protocol import Message, Role, ToolResult
 from parley.run_state import CompactionRecord, RunState
 from parley.sessions.base import LiveView, PendingCompaction, Session, SessionStore
+from parley.sessions.errors import SessionStoreError
 
 
 def check_session_run(session: Any, state: RunState | None, input: Any) -> None:
@@ -112,11 +113,33 @@ async def commit_turn(
 ) -> None:
     """Write the finished run's turn (everything in `state.messages`) in one transaction, once:
     the turn id is the run's trace id, so a resumed or repeated completion writes nothing more.
-    A parley store also records the run's compaction in that transaction (`pending_compaction`)."""
+    A parley store also records the run's compaction in that transaction (`pending_compaction`).
+
+    When the write fails, the run has still finished (the model was called and billed): the error is
+    a `SessionStoreError` (the store's own, or one chaining another `Session`'s exception) whose
+    `state` is the completed run, so ``agent.run(state=error.state, session=s)`` writes the turn
+    later, once, with or without ``checkpoint=``."""
     if session is None or state.status != "complete":
         return
-    pending = pending_compaction(state, view, seeded) if isinstance(session, SessionStore) else None
-    if pending is not None and isinstance(session, SessionStore):
-        await session.add_turn(list(state.messages), turn_id=state.trace_id, compaction=pending)
-        return
-    await session.add_items(list(state.messages), turn_id=state.trace_id)
+    try:
+        pending = pending_compaction(state, view, seeded) if isinstance(session, SessionStore) else None
+        if pending is not None and isinstance(session, SessionStore):
+            await session.add_turn(list(state.messages), turn_id=state.trace_id, compaction=pending)
+            return
+        await session.add_items(list(state.messages), turn_id=state.trace_id)
+    except SessionStoreError as exc:
+        exc.state = state
+        exc.add_note(_RETRY)
+        raise
+    except Exception as exc:
+        raise SessionStoreError(
+            f"the run completed but its turn was not written to session {session.session_id!r}: "
+            f"{type(exc).__name__}: {exc}",
+            session_id=session.session_id, store=type(session).__name__, operation="write", state=state,
+        ) from exc
+
+
+_RETRY = (
+    "the run completed; its turn is in this error's .state: agent.run(state=error.state, session=...) "
+    "writes it once the store works again"
+)

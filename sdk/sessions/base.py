@@ -38,6 +38,9 @@ from parley.errors import ConfigurationError
 from parley.protocol import BlobStore, Message
 from parley.protocol.blobs import blob_context
 from parley.protocol.errors import ParseError
+from parley.sessions._driver_errors import EXPLAIN, classify
+from parley.sessions._storable import first_unstorable, refuse_unstorable
+from parley.sessions.errors import SessionStoreError
 
 T = TypeVar("T")
 
@@ -129,7 +132,8 @@ def live_rows(rows: Sequence[tuple[int, str]], latest: StoredCompaction | None) 
 
 class SessionStore(ABC):
     """Base of parley's stores: each implements the sync operations; the async API runs them
-    (in a worker thread when `threaded`, so a database never blocks the event loop)."""
+    (in a worker thread when `threaded`, so a database never blocks the event loop). Every
+    operation's database error leaves as a `parley.sessions.errors.SessionStoreError` (`_guard`)."""
 
     threaded = True
     """Run the sync operations in a thread (`asyncio.to_thread`) from the async methods."""
@@ -143,6 +147,39 @@ class SessionStore(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(session_id={self.session_id!r})"
+
+    @property
+    def store_name(self) -> str:
+        """The database, as errors name it (a path, or a URL without its password)."""
+        return type(self).__name__
+
+    # -- database errors ------------------------------------------------------------------------------
+    def _guard(self, operation: str, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)`, with a driver's exception raised as the `SessionStoreError` it stands for."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            error = self._store_error(operation, exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    def _store_error(self, operation: str, exc: BaseException) -> SessionStoreError | None:
+        """The typed error for a driver's `exc` (None: not a database error, raise it as it is)."""
+        if isinstance(exc, SessionStoreError):
+            return exc
+        kind = classify(exc)
+        if kind is None:
+            return None
+        detail = getattr(exc, "orig", None) or exc
+        return kind(
+            f"session {self.session_id!r} in {self.store_name}: cannot {operation}: {self._explain(kind)} "
+            f"({type(detail).__name__}: {str(detail).strip()})",
+            session_id=self.session_id, store=self.store_name, operation=operation,
+        )
+
+    def _explain(self, kind: type[SessionStoreError]) -> str:
+        return EXPLAIN[kind]
 
     # -- the sync operations each store implements --------------------------------------------------
     @abstractmethod
@@ -179,22 +216,22 @@ class SessionStore(ABC):
 
     def get_all_items_sync(self) -> list[Message]:
         """Every stored message, oldest first, including those a compaction replaced."""
-        return [self._load(row) for row in self._all_rows()]
+        return [self._load(row) for row in self._guard("read", self._all_rows)]
 
     def compactions_sync(self) -> list[StoredCompaction]:
         """The compactions recorded, oldest first (the last one is what `get_items` applies)."""
-        return self._compactions()
+        return self._guard("read", self._compactions)
 
     def live_view_sync(self) -> tuple[list[Message], LiveView]:
         """The live history and where each item is stored (what a run reads before its turn)."""
-        rows, latest, last = self._snapshot(None)
+        rows, latest, last = self._guard("read", self._snapshot, None)
         live = live_rows(rows, latest)
         return [self._load(row) for _, row in live], LiveView(
             seqs=tuple(seq for seq, _ in live), last_seq=last, compaction=latest
         )
 
     def _live(self, limit: int | None) -> list[tuple[int | None, str]]:
-        rows, latest, _ = self._snapshot(limit)
+        rows, latest, _ = self._guard("read", self._snapshot, limit)
         live = live_rows(rows, latest)
         if limit is not None:
             live = live[len(live) - limit :] if limit else []
@@ -206,20 +243,20 @@ class SessionStore(ABC):
             raise ConfigurationError(f"turn_id must be a non-empty str or None, not {turn_id!r}")
         if not rows and turn_id is None:
             return True
-        return self._append(rows, turn_id)
+        return self._guard("write", self._append, rows, turn_id)
 
     def add_turn_sync(self, items: Sequence[Message], *, turn_id: str, compaction: PendingCompaction | None) -> bool:
         """`add_items_sync` with a compaction recorded in the same transaction (see the module docstring)."""
         rows = self._dump(items)
         if not isinstance(turn_id, str) or not turn_id:
             raise ConfigurationError(f"turn_id must be a non-empty str, not {turn_id!r}")
-        return self._append(rows, turn_id, compaction)
+        return self._guard("write", self._append, rows, turn_id, compaction)
 
     def pop_item_sync(self) -> Message | None:
-        return self._pop(self._load)
+        return self._guard("write", self._pop, self._load)
 
     def clear_session_sync(self) -> None:
-        self._clear()
+        self._guard("write", self._clear)
 
     # -- async API (the `Session` protocol) -----------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[Message]:
@@ -231,13 +268,13 @@ class SessionStore(ABC):
             raise ConfigurationError(f"turn_id must be a non-empty str or None, not {turn_id!r}")
         if not rows and turn_id is None:
             return True
-        return await self._run(self._append, rows, turn_id)
+        return await self._run(self._guard, "write", self._append, rows, turn_id)
 
     async def add_turn(self, items: Sequence[Message], *, turn_id: str, compaction: PendingCompaction | None) -> bool:
         rows = self._dump(items)
         if not isinstance(turn_id, str) or not turn_id:
             raise ConfigurationError(f"turn_id must be a non-empty str, not {turn_id!r}")
-        return await self._run(self._append, rows, turn_id, compaction)
+        return await self._run(self._guard, "write", self._append, rows, turn_id, compaction)
 
     async def get_all_items(self) -> list[Message]:
         return await self._run(self.get_all_items_sync)
@@ -252,7 +289,7 @@ class SessionStore(ABC):
         return await self._run(self.pop_item_sync)
 
     async def clear_session(self) -> None:
-        await self._run(self._clear)
+        await self._run(self.clear_session_sync)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self.threaded:
@@ -267,6 +304,8 @@ class SessionStore(ABC):
         for index, item in enumerate(items):
             if not isinstance(item, Message):
                 raise ConfigurationError(f"items[{index}] must be a parley Message, not {type(item).__name__}")
+            if first_unstorable(item) is not None:  # no UTF-8 form: refused here, named, before any write
+                refuse_unstorable(items, index, prefix="items")
             rows.append(item.model_dump_json(context=blob_context(self.blobs)))
         return rows
 

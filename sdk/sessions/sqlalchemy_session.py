@@ -15,6 +15,11 @@ lock (SQLite), before reading anything; a second writer of the same session wait
 commit, then numbers its rows after the first's. So appends from several processes land whole and
 never interleave, on every backend, at the default READ COMMITTED (PostgreSQL) or REPEATABLE READ
 (MySQL) isolation. Operations run in a worker thread (sync engines; an `AsyncEngine` is refused).
+
+Errors: no `sqlalchemy.exc` (or driver) exception leaves a session; each is raised as the
+`parley.sessions.errors` error it stands for (classified by SQLSTATE, MySQL error number or SQLite
+result code, the original chained), naming the URL without its password. A SQLite file URL follows
+`SQLiteSession`'s rule for files: a new file is created whole, an empty or foreign file is refused.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from parley.errors import ConfigurationError
 from parley.protocol import BlobStore, Message
 from parley.sessions.base import PendingCompaction, SessionStore, StoredCompaction
+from parley.sessions.sqlite import check_database_file, create_database_file
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -130,8 +136,25 @@ class SQLAlchemySession(SessionStore):
         self._owns_engine = False
         if engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:"):
             self.threaded = False  # one in-memory database on one connection (StaticPool): keep to one thread
+        if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+            self._guard("open", self._check_sqlite_file, create_tables)
         if create_tables:
-            self._create_tables()
+            self._guard("open", self._create_tables)
+
+    @property
+    def store_name(self) -> str:
+        return str(self.engine.url.render_as_string(hide_password=True))
+
+    def _check_sqlite_file(self, create: bool) -> None:
+        from pathlib import Path
+
+        database = str(self.engine.url.database)
+        if database.startswith("file:"):
+            return  # a URI (uri=true): its mode decides, as the caller asked
+        path = Path(database)
+        if create and not path.exists():
+            create_database_file(path, 30.0)
+        check_database_file(self.session_id, path)
 
     @classmethod
     def from_url(

@@ -13,11 +13,24 @@ after the others, never interleaved with them.
 
 ``db_path=":memory:"`` (the default, as in the OpenAI Agents SDK) keeps the database in this object
 only; give a file path to keep it.
+
+Which files it opens. A path that does not exist becomes a new database: it is built aside (a
+hidden ``.NAME.*.new`` file in the same directory: schema and WAL header) and put in place with a
+hard link, which fails if another process got there first (then theirs is used). So a database
+parley creates is never an empty file, not even for an instant, and an existing file is opened only
+when it already is a SQLite database: a **0-byte file is refused** (`SessionCorruptError`; sqlite3
+would silently make it a new, empty database, hiding a truncated copy or the wrong path; remove it,
+or pass a path that does not exist), and so is a file that does not start with SQLite's header. A
+file the process may not write (or ``read_only=True``) opens read-only: reads work, every write
+raises `SessionReadOnlyError`. Every database failure is a `parley.sessions.errors` error naming
+the path: "database is locked" past `busy_timeout_s` is `SessionBusyError`, a damaged file
+`SessionCorruptError`, a missing directory `SessionUnavailableError`.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -29,6 +42,13 @@ from typing import Any
 from parley.errors import ConfigurationError
 from parley.protocol import BlobStore, Message
 from parley.sessions.base import PendingCompaction, SessionStore, StoredCompaction
+from parley.sessions.errors import (
+    SessionBusyError,
+    SessionCorruptError,
+    SessionReadOnlyError,
+    SessionStoreError,
+    SessionUnavailableError,
+)
 
 _COMPACTION_COLUMNS = "id, head_seq, through_seq, summary_json, record_json, turn_id, created_at"
 
@@ -70,6 +90,8 @@ the compactions (rows ``head_seq < seq <= through_seq`` replaced by ``summary_js
 history; the latest id applies). A database written before compactions existed gets the fourth
 table when opened."""
 _TABLES = ("parley_sessions", "parley_messages", "parley_turns", "parley_compactions")
+_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file (https://sqlite.org/fileformat.html)."""
 
 
 class SQLiteSession(SessionStore):
@@ -81,52 +103,73 @@ class SQLiteSession(SessionStore):
         db_path: str | os.PathLike[str] = ":memory:",
         *,
         busy_timeout_s: float = 30.0,
+        read_only: bool = False,
         blobs: BlobStore | None = None,
     ) -> None:
         super().__init__(session_id, blobs=blobs)
         if isinstance(busy_timeout_s, bool) or not isinstance(busy_timeout_s, int | float) or busy_timeout_s < 0:
             raise ConfigurationError(f"busy_timeout_s must be a non-negative number, not {busy_timeout_s!r}")
+        if not isinstance(read_only, bool):
+            raise ConfigurationError(f"read_only must be a bool, not {read_only!r}")
         self.db_path = str(db_path) if str(db_path) == ":memory:" else str(Path(db_path))
         self.busy_timeout_s = float(busy_timeout_s)
+        self._asked_read_only = read_only
+        self.read_only = read_only or (self.db_path != ":memory:" and _write_protected(Path(self.db_path)))
+        """Opened read-only (asked, or the file is write-protected): reads work, writes raise."""
         self._lock = threading.Lock()  # one connection per object, used by one thread at a time
-        try:
-            self._conn: sqlite3.Connection | None = self._open()
-        except sqlite3.Error as exc:
-            raise ConfigurationError(f"cannot open the session database {self.db_path!r}: {exc}") from None
+        self._conn: sqlite3.Connection | None = self._guard("open", self._open)
+
+    @property
+    def store_name(self) -> str:
+        return self.db_path
+
+    def _explain(self, kind: type[SessionStoreError]) -> str:
+        if kind is SessionBusyError:
+            return f"the database is locked by another writer (waited busy_timeout_s={self.busy_timeout_s:g})"
+        if kind is SessionReadOnlyError and self.read_only:
+            why = "read_only=True" if self._asked_read_only else "the file is write-protected"
+            return f"the session was opened read-only ({why})"
+        return super()._explain(kind)
 
     def _open(self) -> sqlite3.Connection:
-        # isolation_level=None: no implicit transactions; every write opens its own BEGIN IMMEDIATE
-        conn = sqlite3.connect(
-            self.db_path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
-        )
+        if self.db_path == ":memory:":
+            conn = self._connect(":memory:", uri=False)
+        else:
+            path = Path(self.db_path)
+            if not path.exists() and not self.read_only:
+                create_database_file(path, self.busy_timeout_s)
+            check_database_file(self.session_id, path)
+            mode = "ro" if self.read_only else "rw"  # never "rwc": sqlite3 must not create an empty file
+            conn = self._connect(f"{path.absolute().as_uri()}?mode={mode}", uri=True)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")  # persistent in the file; 'memory' for :memory:
+            if not self.read_only:
+                conn.execute("PRAGMA journal_mode = WAL")  # persistent in the file; 'memory' for :memory:
             conn.execute("PRAGMA synchronous = FULL")
             present = conn.execute(
                 "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?, ?)", _TABLES
             ).fetchone()[0]
             if present == len(_TABLES):
                 return conn  # (a reader never waits for a writer: opening does not either)
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+            if self.read_only:
+                raise SessionReadOnlyError(
+                    f"session {self.session_id!r} in {self.db_path}: cannot open: the database is read-only "
+                    "and lacks parley's session tables (open it writable once to create them)",
+                    session_id=self.session_id, store=self.db_path, operation="open",
+                )
+            _create_tables(conn)
         except BaseException:
             conn.close()
             raise
         return conn
 
+    def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
+        return _connect(target, self.busy_timeout_s, uri=uri)
+
     @property
     def journal_mode(self) -> str:
         """The database's journal mode: ``wal`` for a file (``memory`` for ``:memory:``)."""
         with self._lock:
-            return str(self._connection().execute("PRAGMA journal_mode").fetchone()[0])
+            return str(self._guard("read", lambda: self._connection().execute("PRAGMA journal_mode").fetchone()[0]))
 
     def close(self) -> None:
         """Close the connection (the data stays in the file; a closed session refuses further calls)."""
@@ -280,3 +323,77 @@ class SQLiteSession(SessionStore):
         with self._write() as conn:
             for table in ("parley_messages", "parley_turns", "parley_compactions", "parley_sessions"):
                 conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (self.session_id,))
+
+
+def create_database_file(path: Path, timeout_s: float) -> None:
+    """Make a new database at `path` atomically (see the module docstring): never an empty file."""
+    aside = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.new")
+    try:
+        conn = _connect(str(aside), timeout_s, uri=False)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            _create_tables(conn)
+        finally:
+            conn.close()
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass  # another process created it first: open theirs
+        except OSError:  # no hard links on this file system: sqlite3 creates it in place
+            conn = _connect(f"{path.absolute().as_uri()}?mode=rwc", timeout_s, uri=True)
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")  # (writes the header: the file is empty no more)
+            finally:
+                conn.close()
+    finally:
+        for leftover in (aside, Path(f"{aside}-wal"), Path(f"{aside}-shm")):
+            leftover.unlink(missing_ok=True)
+
+
+def _connect(target: str, timeout_s: float, *, uri: bool) -> sqlite3.Connection:
+    # isolation_level=None: no implicit transactions; every write opens its own BEGIN IMMEDIATE
+    conn = sqlite3.connect(target, timeout=timeout_s, isolation_level=None, check_same_thread=False, uri=uri)
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+    return conn
+
+
+def _create_tables(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _write_protected(path: Path) -> bool:
+    """True when `path` exists and this process may not write it (root may write anything)."""
+    return path.exists() and not os.access(path, os.W_OK)
+
+
+def check_database_file(session_id: str, path: Path) -> None:
+    """Refuse, by name, a file that is not a SQLite database: an empty one, or another format."""
+    def refuse(kind: type[SessionStoreError], why: str) -> SessionStoreError:
+        return kind(
+            f"session {session_id!r} in {path}: cannot open: {why}",
+            session_id=session_id, store=str(path), operation="open",
+        )
+
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(_HEADER))
+    except IsADirectoryError:
+        raise refuse(SessionUnavailableError, "it is a directory, not a database file") from None
+    except OSError as exc:
+        raise refuse(SessionUnavailableError, f"the file cannot be read ({exc.strerror or exc})") from None
+    if not head:
+        raise refuse(
+            SessionCorruptError,
+            "it is an empty (0-byte) file, not a database parley made (parley never leaves one: a new database "
+            "is built aside and linked in place); remove it, or pass a path that does not exist, to start anew",
+        )
+    if head != _HEADER:
+        raise refuse(SessionCorruptError, "it is not a SQLite database (the file does not start with SQLite's header)")

@@ -27,6 +27,7 @@ from parley.compaction import SUMMARY_HEADER
 from parley.context_window import estimate_tokens
 from parley.protocol import Message, Role, SummaryPart
 from parley.sessions.base import SessionStore
+from parley.sessions.errors import SessionStoreError
 from tests.sdk.test_compaction import SYSTEM, Model, is_summary_request, prefix
 from tests.sdk.test_history_processors import history, lookup
 
@@ -184,8 +185,9 @@ async def test_a_failed_commit_writes_neither_the_turn_nor_the_compaction(tmp_pa
         _shrink(backend)
         _block_compactions(path)
         saved = _Saved()
-        with pytest.raises(sqlite3.IntegrityError, match="the disk died"):
+        with pytest.raises(SessionStoreError, match="the disk died") as failed:
             await agent.run("and Rome?", session=store, checkpoint=saved)
+        assert isinstance(failed.value.__cause__, sqlite3.IntegrityError) and failed.value.state is saved.state
         assert _json(store.get_all_items_sync()) == before and store.compactions_sync() == []
         assert _json(store.get_items_sync()) == before
 
@@ -214,8 +216,9 @@ async def test_the_memory_store_changes_nothing_when_the_commit_fails(monkeypatc
         raise OSError("the clock died")
 
     monkeypatch.setattr(memory.time, "time", dead)
-    with pytest.raises(OSError, match="the clock died"):
+    with pytest.raises(SessionStoreError, match="the clock died") as failed:
         await agent.run("and Rome?", session=store)
+    assert isinstance(failed.value.__cause__, OSError) and failed.value.state.status == "complete"
     assert _json(store.get_all_items_sync()) == before and store.compactions_sync() == []
 
 

@@ -22,6 +22,7 @@ from parley.errors import ConfigurationError, MaxTurnsExceeded, ScriptExhaustedE
 from parley.protocol import ImagePart, MemoryBlobStore, Role
 from parley.protocol.errors import ParseError
 from parley.sessions import SessionStore
+from parley.sessions.errors import SessionUnavailableError
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 
@@ -178,7 +179,7 @@ def test_bad_input_is_a_typed_error(tmp_path: Path) -> None:
     for bad_id in ("", None, 3):
         with pytest.raises(ConfigurationError, match="session_id"):
             MemorySession(bad_id)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="cannot open"):
+    with pytest.raises(SessionUnavailableError, match="cannot open"):
         SQLiteSession("a", tmp_path / "no such folder" / "chat.db")
     assert session.get_items_sync() == []  # nothing half-written by the refused calls
 
