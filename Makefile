@@ -39,11 +39,13 @@ typecheck: env
 	# mypy reads the package through its editable link tree, where every layer sits under parley/.
 	cd build/__editable__.parley-*/ && ../../$(BIN)/mypy --config-file ../../pyproject.toml parley
 
+# The SQLAlchemy session tests also run on PostgreSQL: a throwaway server on 127.0.0.1 for the run
+# (scripts/postgres_for_tests.sh; without one they skip, naming it).
 pytest: env sandbox-tools
-	$(BIN)/python -m pytest -q -ra
+	@sh scripts/postgres_for_tests.sh run $(BIN)/python -m pytest -q -ra
 
 test: lint typecheck sandbox-tools
-	$(BIN)/python -m pytest -q -ra --durations=15
+	@sh scripts/postgres_for_tests.sh run $(BIN)/python -m pytest -q -ra --durations=15
 
 # Write the lock from what .venv has now (after the tests passed with it); no reinstall first.
 lock: | $(BIN)/python

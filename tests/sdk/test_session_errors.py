@@ -246,3 +246,38 @@ def test_the_stores_refuse_it_too_naming_the_item(tmp_path: Path) -> None:
     with pytest.raises(UnencodableTextError, match=r"items\[1\]\.parts\[0\]\.text"):
         session.add_items_sync([Message.user("fine"), Message.user("\udfff")])
     assert session.get_items_sync() == []
+
+
+# -- PostgreSQL, when one is running here (make test starts one: scripts/postgres_for_tests.sh) ---------
+
+
+def test_postgres_lock_timeouts_and_read_only_transactions_are_typed() -> None:
+    import sqlalchemy
+
+    from tests.sdk.test_sessions import PG_URL, postgres_engine_or_skip
+
+    postgres_engine_or_skip().dispose()
+    sid = f"parley-test-errors-{threading.get_ident()}"
+    quick = sqlalchemy.create_engine(PG_URL, connect_args={"options": "-c lock_timeout=100"})
+    session = SQLAlchemySession(sid, quick)
+    session.add_items_sync([Message.user("before")])
+    holder = sqlalchemy.create_engine(PG_URL)
+    try:
+        with holder.connect() as conn:  # another writer holds the session's row lock
+            conn.execute(sqlalchemy.text("UPDATE parley_sessions SET updated_at = 0 WHERE session_id = :s"), {"s": sid})
+            with pytest.raises(SessionBusyError, match="LockNotAvailable") as info:
+                session.add_items_sync([Message.user("x")])
+            assert info.value.retryable and "127.0.0.1" in info.value.store
+            conn.rollback()
+        reader = SQLAlchemySession(
+            sid, sqlalchemy.create_engine(PG_URL, connect_args={"options": "-c default_transaction_read_only=on"}),
+            create_tables=False,
+        )
+        assert texts(reader.get_items_sync()) == ["before"]
+        with pytest.raises(SessionReadOnlyError, match="ReadOnlySqlTransaction"):
+            reader.add_items_sync([Message.user("x")])
+        reader.engine.dispose()
+    finally:
+        session.clear_session_sync()
+        holder.dispose()
+        quick.dispose()
