@@ -1,14 +1,21 @@
-"""A GGUF file's Q4_0 / Q4_1 / Q8_0 layer weights read as blocks, for `quantization="q4"` / `"q8"` (quant4.py).
+"""A GGUF file's quantised layer weights read as blocks, for `quantization="q4"` / `"q8"` (quant4.py).
 
 The loader turns a GGUF into a Hugging Face folder of fp32 weights (loader.py; transformers' GGUF reader
 dequantises and, for Llama, reorders q/k rows). In a group-quantised mode the engine then replaces each
-layer matrix of that state dict with the file's own blocks (`overlay`): `gguf.GGUFReader` gives every
+layer matrix of that state dict with the file's own blocks (`overlay`): `gguf_header.tensor_arrays` gives every
 tensor's raw bytes and type, `quant4.decode_gguf_blocks` repacks them without a float round trip. The
 mapping from GGUF rows to the state dict's rows is not assumed: each candidate tensor's blocks are
 dequantised once and compared bitwise with the fp32 tensor of the folder, as is and under llama.cpp's q/k
 row permutation; a tensor that matches neither (an unknown family's convention) keeps the float path
 (quantised at load). So a direct load computes exactly what the file holds, or falls back visibly
 (`OverlayReport`).
+
+Which types load as blocks: in q8 mode every type `quant4.BLOCK_TYPES` lists (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+Q4_K, Q5_K, Q6_K; 4-bit ones stay 4-bit), so a Q4_K_M / Q5_K_M / Q6_K file, whose matrices mix these, runs
+entirely on its own blocks; in q4 mode the 4-bit ones (Q4_0, Q4_1, Q4_K), the rest requantised to 4 bits
+from fp32 (what q4 asks for). Other types (Q2_K, Q3_K, the IQ formats, F16/F32) are quantised at load, and the
+report says so. llama.cpp's quantiser writes a K-quant only for rows that are whole 256-value super-blocks
+and falls back to Q5_0 / Q5_1 / Q8_0 for others (SmolLM2's 576-wide matrices), hence the 32-value types here.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from typing import Any
 
 import torch
 
-from parley.local_engine.quant4 import RowQuant, decode_gguf_blocks
+from parley.local_engine.errors import ModelLoadError
+from parley.local_engine.quant4 import BLOCK_TYPES, FOUR_BIT_TYPES, RowQuant, decode_gguf_blocks
 
 _LAYER = re.compile(r"^blk\.(\d+)\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight$")
 _HF = {
@@ -48,29 +56,40 @@ class OverlayReport:
     skipped: dict[str, str] = field(default_factory=dict)  # HF name -> why it stayed float
 
 
+def loadable_types(scheme: str) -> frozenset[str]:
+    """The GGUF types `overlay` loads as blocks in `scheme` ("q4": the 4-bit ones; "q8": all of BLOCK_TYPES)."""
+    return FOUR_BIT_TYPES if scheme == "q4" else frozenset(BLOCK_TYPES)
+
+
 def overlay(path: Path, state: dict[str, Any], scheme: str, *, num_heads: int,
             num_kv_heads: int) -> OverlayReport:
-    """Replace (in place) the dense layer matrices of `state` by the GGUF file's blocks where the layout maps:
-    Q4_0 / Q4_1 in both modes, Q8_0 in q8 mode (in q4 mode a Q8_0 matrix is requantised to 4 bits from fp32)."""
-    import gguf
+    """Replace (in place) the dense layer matrices of `state` by the GGUF file's blocks where the layout maps
+    (`loadable_types(scheme)`); the report names each matrix left to the float path and why. A file gguf's
+    reader cannot read (cut, damaged header) is a `ModelLoadError` naming it."""
+    from parley.local_engine.gguf_header import tensor_arrays
 
-    wanted = {"Q4_0", "Q4_1"} | ({"Q8_0"} if scheme == "q8" else set())
+    wanted = loadable_types(scheme)
     report = OverlayReport()
-    reader = gguf.GGUFReader(str(path))
-    for t in reader.tensors:
-        name = hf_name(t.name)
+    try:
+        tensors = tensor_arrays(path)  # the header read by hand: GGUFReader parses every string (seconds)
+    except (ValueError, OSError, KeyError, IndexError, TypeError) as exc:  # gguf's reader on a damaged file
+        raise ModelLoadError(f"cannot read the quantised blocks of {path}: {exc}") from exc
+    for info, data in tensors:
+        name = hf_name(info.name)
         if name is None or name not in state:
             continue
-        kind = t.tensor_type.name
+        kind = info.type_name
         if kind not in wanted:
-            report.skipped[name] = f"GGUF type {kind}"
+            why = f"requantised to 4 bits in q4 mode (q8 mode loads {kind} as blocks)" if kind in BLOCK_TYPES \
+                else "no block layout here (quantised at load)"
+            report.skipped[name] = f"GGUF type {kind}: {why}"
             continue
         ref = state[name]
         if not isinstance(ref, torch.Tensor) or ref.dim() != 2:
             continue
         rows, cols = int(ref.shape[0]), int(ref.shape[1])
         try:
-            rq = decode_gguf_blocks(kind, t.data, (rows, cols))
+            rq = decode_gguf_blocks(kind, data, (rows, cols))
         except ValueError as exc:
             report.skipped[name] = str(exc)
             continue

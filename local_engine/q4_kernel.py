@@ -37,6 +37,7 @@ SOURCE = r"""
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -45,10 +46,11 @@ constexpr int GROUP = 32;
 constexpr int TILE = 16;
 
 struct Rows {  // activation rows quantised per group of 32
-  const int8_t* q;    // [M, K]
-  const float* dx;    // [M, G] activation scale per group
-  const float* sx;    // [M, G] dx * sum(q) (4-bit minimum term)
-  const int32_t* si;  // [M, G] 128 * sum(q) (8-bit offset)
+  const int8_t* q;      // [M, K]
+  const float* dx;      // [M, G] activation scale per group
+  const float* sx;      // [M, G] dx * sum(q) (minimum term)
+  const int32_t* si;    // [M, G] 128 * sum(q) (8-bit offset)
+  const int32_t* sh;    // [M, 2G] 128 * sum(q) of each half group (8-bit offset under 16-wide scales)
   int64_t K, G;
 };
 
@@ -59,7 +61,8 @@ inline bool simd_ok() {
 }
 
 // ---------------------------------------------------------------- activation quantisation
-void quantize_scalar(const float* x, const float* cs, int64_t K, int8_t* q, float* dx, float* sx, int32_t* si) {
+void quantize_scalar(const float* x, const float* cs, int64_t K, int8_t* q, float* dx, float* sx, int32_t* si,
+                     int32_t* sh) {
   const int64_t G = K / GROUP;
   for (int64_t g = 0; g < G; ++g) {
     float v[GROUP];
@@ -69,20 +72,23 @@ void quantize_scalar(const float* x, const float* cs, int64_t K, int8_t* q, floa
       amax = std::fmax(amax, std::fabs(v[j]));
     }
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int32_t s = 0;
+    int32_t s[2] = {0, 0};
     for (int j = 0; j < GROUP; ++j) {
       const int32_t qi = (int32_t)std::nearbyint(v[j] * inv);
       q[g * GROUP + j] = (int8_t)qi;
-      s += qi;
+      s[j / 16] += qi;
     }
     dx[g] = amax / 127.0f;
-    sx[g] = dx[g] * (float)s;
-    si[g] = 128 * s;
+    sx[g] = dx[g] * (float)(s[0] + s[1]);
+    si[g] = 128 * (s[0] + s[1]);
+    sh[2 * g] = 128 * s[0];
+    sh[2 * g + 1] = 128 * s[1];
   }
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-void quantize_avx512(const float* x, const float* cs, int64_t K, int8_t* q, float* dx, float* sx, int32_t* si) {
+void quantize_avx512(const float* x, const float* cs, int64_t K, int8_t* q, float* dx, float* sx, int32_t* si,
+                     int32_t* sh) {
   const int64_t G = K / GROUP;
   for (int64_t g = 0; g < G; ++g) {
     __m512 a = _mm512_loadu_ps(x + g * GROUP);
@@ -99,24 +105,28 @@ void quantize_avx512(const float* x, const float* cs, int64_t K, int8_t* q, floa
     const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vi));
     _mm_storeu_si128((__m128i*)(q + g * GROUP), _mm512_cvtsepi32_epi8(qa));
     _mm_storeu_si128((__m128i*)(q + g * GROUP + 16), _mm512_cvtsepi32_epi8(qb));
-    const int32_t s = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+    const int32_t s0 = _mm512_reduce_add_epi32(qa), s1 = _mm512_reduce_add_epi32(qb);
     dx[g] = amax / 127.0f;
-    sx[g] = dx[g] * (float)s;
-    si[g] = 128 * s;
+    sx[g] = dx[g] * (float)(s0 + s1);
+    si[g] = 128 * (s0 + s1);
+    sh[2 * g] = 128 * s0;
+    sh[2 * g + 1] = 128 * s1;
   }
 }
 
 // ---------------------------------------------------------------- tile kernels (16 output rows)
+// Template flags: Q4 (4-bit weights, always with a minimum), MIN (a per-group minimum term), HALF (one
+// scale per 16 inputs: two int32 partial sums per group), S (the scale type: c10::Half or float).
 inline int32_t word(const int8_t* p) { int32_t w; std::memcpy(&w, p, 4); return w; }
 
-template <bool Q4>
-void tile_scalar(const uint8_t* qs, const c10::Half* d, const c10::Half* m, const Rows& x, int64_t row,
-                 float* out) {
+template <bool Q4, bool MIN, bool HALF, typename S>
+void tile_scalar(const uint8_t* qs, const S* d, const S* m, const Rows& x, int64_t row, float* out) {
+  constexpr int NS = HALF ? 2 : 1;
   float acc[TILE];
   for (int r = 0; r < TILE; ++r) acc[r] = 0.0f;
   const int8_t* xq = x.q + row * x.K;
   for (int64_t g = 0; g < x.G; ++g) {
-    int32_t is[TILE] = {0};
+    int32_t is[NS][TILE] = {};
     const int8_t* xg = xq + g * GROUP;
     if (Q4) {
       const uint8_t* p = qs + g * 256;
@@ -124,36 +134,48 @@ void tile_scalar(const uint8_t* qs, const c10::Half* d, const c10::Half* m, cons
         for (int r = 0; r < TILE; ++r)
           for (int b = 0; b < 4; ++b) {
             const uint8_t byte = p[c * 64 + r * 4 + b];
-            is[r] += (int32_t)(byte & 15) * xg[c * 8 + b] + (int32_t)(byte >> 4) * xg[c * 8 + 4 + b];
+            is[0][r] += (int32_t)(byte & 15) * xg[c * 8 + b] + (int32_t)(byte >> 4) * xg[c * 8 + 4 + b];
           }
     } else {
       const uint8_t* p = qs + g * 512;
       for (int c = 0; c < 8; ++c)
         for (int r = 0; r < TILE; ++r)
-          for (int b = 0; b < 4; ++b) is[r] += (int32_t)p[c * 64 + r * 4 + b] * xg[c * 4 + b];
+          for (int b = 0; b < 4; ++b) is[HALF && c >= 4][r] += (int32_t)p[c * 64 + r * 4 + b] * xg[c * 4 + b];
     }
-    const float dxg = x.dx[row * x.G + g];
+    const int64_t at = row * x.G + g;
+    const float dxg = x.dx[at];
     for (int r = 0; r < TILE; ++r) {
-      int32_t v = is[r];
-      if (!Q4) v -= x.si[row * x.G + g];
-      const float scale = (float)d[g * TILE + r] * dxg;
-      acc[r] = std::fma((float)v, scale, acc[r]);
-      if (Q4) acc[r] = std::fma((float)m[g * TILE + r], x.sx[row * x.G + g], acc[r]);
+      for (int h = 0; h < NS; ++h) {
+        int32_t v = is[h][r];
+        if (!Q4) v -= HALF ? x.sh[2 * at + h] : x.si[at];
+        const float scale = (float)d[(g * NS + h) * TILE + r] * dxg;
+        acc[r] = std::fma((float)v, scale, acc[r]);
+      }
+      if (MIN) acc[r] = std::fma((float)m[g * TILE + r], x.sx[at], acc[r]);
     }
   }
   for (int r = 0; r < TILE; ++r) out[r] = acc[r];
 }
 
-template <bool Q4, int R>
+template <typename S>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+inline __m512 load16(const S* p) {
+  if constexpr (std::is_same_v<S, float>) return _mm512_loadu_ps(p);
+  else return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
+}
+
+template <bool Q4, bool MIN, bool HALF, typename S, int R>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512dq,fma")))
-void tile_avx512(const uint8_t* qs, const c10::Half* d, const c10::Half* m, const Rows& x, int64_t row0,
-                 float* out, int64_t ldo) {
+void tile_avx512(const uint8_t* qs, const S* d, const S* m, const Rows& x, int64_t row0, float* out,
+                 int64_t ldo) {
+  constexpr int NS = HALF ? 2 : 1;
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const __m512i low = _mm512_set1_epi8(0x0F);
   for (int64_t g = 0; g < x.G; ++g) {
-    __m512i is[R];
-    for (int r = 0; r < R; ++r) is[r] = _mm512_setzero_si512();
+    __m512i is[NS][R];
+    for (int h = 0; h < NS; ++h)
+      for (int r = 0; r < R; ++r) is[h][r] = _mm512_setzero_si512();
     if (Q4) {
       const uint8_t* p = qs + g * 256;
       for (int c = 0; c < 4; ++c) {
@@ -162,57 +184,88 @@ void tile_avx512(const uint8_t* qs, const c10::Half* d, const c10::Half* m, cons
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
         for (int r = 0; r < R; ++r) {
           const int8_t* xg = x.q + (row0 + r) * x.K + g * GROUP + c * 8;
-          is[r] = _mm512_dpbusd_epi32(is[r], lo, _mm512_set1_epi32(word(xg)));
-          is[r] = _mm512_dpbusd_epi32(is[r], hi, _mm512_set1_epi32(word(xg + 4)));
+          is[0][r] = _mm512_dpbusd_epi32(is[0][r], lo, _mm512_set1_epi32(word(xg)));
+          is[0][r] = _mm512_dpbusd_epi32(is[0][r], hi, _mm512_set1_epi32(word(xg + 4)));
         }
       }
     } else {
       const uint8_t* p = qs + g * 512;
       for (int c = 0; c < 8; ++c) {
         const __m512i v = _mm512_loadu_si512((const void*)(p + c * 64));
+        const int h = HALF && c >= 4;
         for (int r = 0; r < R; ++r) {
           const int8_t* xg = x.q + (row0 + r) * x.K + g * GROUP + c * 4;
-          is[r] = _mm512_dpbusd_epi32(is[r], v, _mm512_set1_epi32(word(xg)));
+          is[h][r] = _mm512_dpbusd_epi32(is[h][r], v, _mm512_set1_epi32(word(xg)));
         }
       }
     }
-    const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(d + g * TILE)));
+    __m512 dv[NS];
+    for (int h = 0; h < NS; ++h) dv[h] = load16(d + (g * NS + h) * TILE);
     __m512 mv = _mm512_setzero_ps();
-    if (Q4) mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(m + g * TILE)));
+    if (MIN) mv = load16(m + g * TILE);
     for (int r = 0; r < R; ++r) {
       const int64_t at = (row0 + r) * x.G + g;
-      __m512i v = is[r];
-      if (!Q4) v = _mm512_sub_epi32(v, _mm512_set1_epi32(x.si[at]));
-      const __m512 scale = _mm512_mul_ps(dv, _mm512_set1_ps(x.dx[at]));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), scale, acc[r]);
-      if (Q4) acc[r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(x.sx[at]), acc[r]);
+      const __m512 dxv = _mm512_set1_ps(x.dx[at]);
+      for (int h = 0; h < NS; ++h) {
+        __m512i v = is[h][r];
+        if (!Q4) v = _mm512_sub_epi32(v, _mm512_set1_epi32(HALF ? x.sh[2 * at + h] : x.si[at]));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dv[h], dxv), acc[r]);
+      }
+      if (MIN) acc[r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(x.sx[at]), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * ldo, acc[r]);
 }
 
-template <bool Q4>
-void run_tile(bool simd, const uint8_t* qs, const c10::Half* d, const c10::Half* m, const Rows& x, int64_t M,
-              float* out, int64_t ldo) {
+template <bool Q4, bool MIN, bool HALF, typename S>
+void run_tile(bool simd, const uint8_t* qs, const S* d, const S* m, const Rows& x, int64_t M, float* out,
+              int64_t ldo) {
   int64_t row = 0;
   if (simd) {
-    for (; row + 4 <= M; row += 4) tile_avx512<Q4, 4>(qs, d, m, x, row, out + row * ldo, ldo);
+    for (; row + 4 <= M; row += 4) tile_avx512<Q4, MIN, HALF, S, 4>(qs, d, m, x, row, out + row * ldo, ldo);
     switch (M - row) {
-      case 3: tile_avx512<Q4, 3>(qs, d, m, x, row, out + row * ldo, ldo); break;
-      case 2: tile_avx512<Q4, 2>(qs, d, m, x, row, out + row * ldo, ldo); break;
-      case 1: tile_avx512<Q4, 1>(qs, d, m, x, row, out + row * ldo, ldo); break;
+      case 3: tile_avx512<Q4, MIN, HALF, S, 3>(qs, d, m, x, row, out + row * ldo, ldo); break;
+      case 2: tile_avx512<Q4, MIN, HALF, S, 2>(qs, d, m, x, row, out + row * ldo, ldo); break;
+      case 1: tile_avx512<Q4, MIN, HALF, S, 1>(qs, d, m, x, row, out + row * ldo, ldo); break;
       default: break;
     }
     return;
   }
-  for (; row < M; ++row) tile_scalar<Q4>(qs, d, m, x, row, out + row * ldo);
+  for (; row < M; ++row) tile_scalar<Q4, MIN, HALF, S>(qs, d, m, x, row, out + row * ldo);
+}
+
+template <bool Q4, bool MIN, bool HALF, typename S>
+void run_tiles(bool simd, const uint8_t* qs, const S* d, const S* m, const Rows& x, int64_t M, int64_t T,
+               float* out) {
+  const int64_t G = x.G, K = x.K;
+  const int64_t tile_bytes = G * (Q4 ? 256 : 512);
+  const int64_t tile_scales = G * (HALF ? 2 : 1) * TILE;
+  const int64_t ldo = T * TILE;
+  // at least ~64k multiply-adds per task: a parallel region costs more than a few tiles of a GEMV
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * TILE));
+  at::parallel_for(0, T, grain, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t)
+      run_tile<Q4, MIN, HALF, S>(simd, qs + t * tile_bytes, d + t * tile_scales, MIN ? m + t * G * TILE : nullptr,
+                                 x, M, out + t * TILE, ldo);
+  });
+}
+
+template <typename S>
+void dispatch(int64_t bits, bool has_min, bool half, bool simd, const uint8_t* qs, const S* d, const S* m,
+              const Rows& x, int64_t M, int64_t T, float* out) {
+  if (bits == 4) run_tiles<true, true, false, S>(simd, qs, d, m, x, M, T, out);
+  else if (half && has_min) run_tiles<false, true, true, S>(simd, qs, d, m, x, M, T, out);
+  else if (half) run_tiles<false, false, true, S>(simd, qs, d, m, x, M, T, out);
+  else if (has_min) run_tiles<false, true, false, S>(simd, qs, d, m, x, M, T, out);
+  else run_tiles<false, false, false, S>(simd, qs, d, m, x, M, T, out);
 }
 
 }  // namespace
 
 bool simd_available() { return simd_ok(); }
 
-// x [M, K] fp32; qs [T, G, 256 | 512] uint8; d, m [T, G, 16] fp16 (m: 4-bit only, else empty);
+// x [M, K] fp32; qs [T, G, 256 | 512] uint8; d [T, G, 16] or [T, 2G, 16] (one scale per 16 inputs, 8-bit only),
+// fp16 or fp32; m [T, G, 16] of d's type (required for 4-bit, optional for 8-bit: empty = none);
 // col_scale [K] fp32 or empty (multiplies x before quantisation); returns [M, 16 T] fp32.
 torch::Tensor group_gemm(torch::Tensor x, torch::Tensor qs, torch::Tensor d, torch::Tensor m,
                          torch::Tensor col_scale, int64_t bits, bool use_simd) {
@@ -222,44 +275,47 @@ torch::Tensor group_gemm(torch::Tensor x, torch::Tensor qs, torch::Tensor d, tor
   const int64_t M = x.size(0), K = x.size(1), G = K / GROUP, T = qs.size(0);
   TORCH_CHECK(K % GROUP == 0 && qs.size(1) == G && qs.size(2) == (bits == 4 ? 256 : 512),
               "packed weight does not match the input's width");
-  TORCH_CHECK(d.scalar_type() == at::kHalf && d.is_contiguous() && qs.is_contiguous(), "bad scales");
+  const bool f32 = d.scalar_type() == at::kFloat;
+  TORCH_CHECK((f32 || d.scalar_type() == at::kHalf) && d.is_contiguous() && qs.is_contiguous(), "bad scales");
+  TORCH_CHECK(d.dim() == 3 && d.size(0) == T && (d.size(1) == G || d.size(1) == 2 * G) && d.size(2) == TILE,
+              "scales must be [T, G or 2G, 16]");
+  const bool half = d.size(1) == 2 * G;
+  const bool has_min = m.numel() > 0;
+  TORCH_CHECK(bits == 8 || (has_min && !half), "4-bit weights take a minimum and one scale per group");
+  TORCH_CHECK(!has_min || (m.scalar_type() == d.scalar_type() && m.is_contiguous() && m.numel() == T * G * TILE),
+              "minimums must be [T, G, 16] of the scales' type");
   const bool simd = use_simd && simd_ok();
   const float* cs = col_scale.numel() ? col_scale.data_ptr<float>() : nullptr;
   TORCH_CHECK(!cs || col_scale.numel() == K, "col_scale must have K entries");
   // the quantised activations live in per-thread scratch (no allocation per call; a decode step makes ~120)
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> dx, sx;
-  thread_local std::vector<int32_t> si;
+  thread_local std::vector<int32_t> si, sh;
   if ((int64_t)q.size() < M * K) q.resize(M * K);
-  if ((int64_t)dx.size() < M * G) { dx.resize(M * G); sx.resize(M * G); si.resize(M * G); }
+  if ((int64_t)dx.size() < M * G) { dx.resize(M * G); sx.resize(M * G); si.resize(M * G); sh.resize(2 * M * G); }
   const float* xp = x.data_ptr<float>();
   int8_t* qp = q.data();
   float* dxp = dx.data();
   float* sxp = sx.data();
   int32_t* sip = si.data();
+  int32_t* shp = sh.data();
   at::parallel_for(0, M, 64, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
-      if (simd) quantize_avx512(xp + r * K, cs, K, qp + r * K, dxp + r * G, sxp + r * G, sip + r * G);
-      else quantize_scalar(xp + r * K, cs, K, qp + r * K, dxp + r * G, sxp + r * G, sip + r * G);
+      if (simd) quantize_avx512(xp + r * K, cs, K, qp + r * K, dxp + r * G, sxp + r * G, sip + r * G, shp + 2 * r * G);
+      else quantize_scalar(xp + r * K, cs, K, qp + r * K, dxp + r * G, sxp + r * G, sip + r * G, shp + 2 * r * G);
     }
   });
-  Rows rows{qp, dxp, sxp, sip, K, G};
+  Rows rows{qp, dxp, sxp, sip, shp, K, G};
   auto out = torch::empty({M, T * TILE}, x.options());
   float* op = out.data_ptr<float>();
   const uint8_t* qsp = qs.data_ptr<uint8_t>();
-  const c10::Half* dp = d.data_ptr<c10::Half>();
-  const c10::Half* mp = bits == 4 ? m.data_ptr<c10::Half>() : nullptr;
-  const int64_t tile_bytes = G * (bits == 4 ? 256 : 512);
-  const int64_t ldo = T * TILE;
-  // at least ~64k multiply-adds per task: a parallel region costs more than a few tiles of a GEMV
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * TILE));
-  at::parallel_for(0, T, grain, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const c10::Half* mt = mp ? mp + t * G * TILE : nullptr;
-      if (bits == 4) run_tile<true>(simd, qsp + t * tile_bytes, dp + t * G * TILE, mt, rows, M, op + t * TILE, ldo);
-      else run_tile<false>(simd, qsp + t * tile_bytes, dp + t * G * TILE, mt, rows, M, op + t * TILE, ldo);
-    }
-  });
+  if (f32) {
+    dispatch<float>(bits, has_min, half, simd, qsp, d.data_ptr<float>(), has_min ? m.data_ptr<float>() : nullptr,
+                    rows, M, T, op);
+  } else {
+    dispatch<c10::Half>(bits, has_min, half, simd, qsp, d.data_ptr<c10::Half>(),
+                        has_min ? m.data_ptr<c10::Half>() : nullptr, rows, M, T, op);
+  }
   return out;
 }
 """

@@ -99,8 +99,9 @@ def gguf_tensors(hf: Any, arch: str) -> Iterator[tuple[str, np.ndarray]]:
 
 
 def write_gguf(hf: Any, path: Path, *, name: str, arch: str | None = None, vocab_size: int | None = None,
-               mxfp4: bool = False) -> int:
-    """`hf` as an fp32 GGUF at `path` (gpt-oss's expert matrices as MXFP4 if `mxfp4`); returns the
+               mxfp4: bool = False, blocks: dict[str, tuple[Any, np.ndarray]] | None = None) -> int:
+    """`hf` as an fp32 GGUF at `path` (gpt-oss's expert matrices as MXFP4 if `mxfp4`; a tensor named in
+    `blocks` written as the given (GGMLQuantizationType, raw block bytes) instead of `hf`'s values); returns the
     end-of-sequence token id (the vocabulary's last)."""
     import pytest
     from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -168,7 +169,10 @@ def write_gguf(hf: Any, path: Path, *, name: str, arch: str | None = None, vocab
                            np.where(wavelen > old / lo, rope["factor"], 1 / ((1 - smooth) / rope["factor"] + smooth)))
         w.add_tensor("rope_freqs.weight", factors.astype(np.float32))
     for tensor_name, array in gguf_tensors(hf, arch):
-        if mxfp4 and tensor_name.endswith("_exps.weight"):
+        if blocks and tensor_name in blocks:
+            qtype, raw = blocks[tensor_name]
+            w.add_tensor(tensor_name, raw, raw_dtype=qtype)
+        elif mxfp4 and tensor_name.endswith("_exps.weight"):
             q = gguf.quants.quantize(array, gguf.GGMLQuantizationType.MXFP4)
             assert np.array_equal(gguf.quants.dequantize(q, gguf.GGMLQuantizationType.MXFP4).reshape(array.shape),
                                   array), f"{tensor_name}: not MXFP4 values (round_experts_to_mxfp4 first)"
