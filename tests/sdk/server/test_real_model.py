@@ -238,3 +238,61 @@ def test_tenants_share_a_prefix_only_within_themselves(engine: Any) -> None:
         assert cached(client, "alice-1", "Can I return shoes?") == 0
         assert cached(client, "bob-1", "Can I return a hat?") == 0  # another tenant never hits alice's blocks
         assert cached(client, "alice-2", "Can I return a coat?") > 0  # same tenant, other key
+
+
+# -- the Responses API, through the official client and the OpenAI Agents SDK -------------------------
+RESPONSES_WEATHER = {"type": "function", **WEATHER["function"]}
+PERSON_FORMAT = {"format": {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}}
+
+
+def test_responses_structured_output_validates(oa: openai.OpenAI) -> None:
+    reply = oa.responses.create(model="smollm2", input="Invent a person with a name and an age.",
+                                text=PERSON_FORMAT, max_output_tokens=40, temperature=0)  # type: ignore[arg-type]
+    assert reply.status == "completed"
+    jsonschema.validate(json.loads(reply.output_text), PERSON)
+
+
+def test_responses_tools_on_auto_with_a_format_answer_with_a_call_or_the_typed_answer(oa: openai.OpenAI) -> None:
+    """One grammar for both: whichever the model picks, it is well formed."""
+    for question in ("What is the weather in Paris?", "Invent a person with a name and an age."):
+        reply = oa.responses.create(model="smollm2", input=question, tools=[RESPONSES_WEATHER],  # type: ignore[list-item]
+                                    parallel_tool_calls=False, text=PERSON_FORMAT,  # type: ignore[arg-type]
+                                    max_output_tokens=40, temperature=0)
+        first = reply.output[0]
+        if first.type == "function_call":
+            assert first.name == "get_weather" and len(reply.output) == 1
+            jsonschema.validate(json.loads(first.arguments), WEATHER["function"]["parameters"])  # type: ignore[index]
+        else:
+            jsonschema.validate(json.loads(reply.output_text), PERSON)
+
+
+def test_responses_stream_agrees_with_the_plain_answer_and_counts_cached_tokens(oa: openai.OpenAI) -> None:
+    kwargs: Any = {"model": "smollm2", "input": "Say hello.", "instructions": SYSTEM, "max_output_tokens": 12,
+                   "temperature": 0}
+    plain = oa.responses.create(**kwargs)
+    events = list(oa.responses.create(**kwargs, stream=True))
+    final = events[-1].response  # type: ignore[union-attr]
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")  # type: ignore[union-attr]
+    assert final.output_text == plain.output_text == deltas and deltas
+    assert final.usage is not None and final.usage.input_tokens_details.cached_tokens > 0
+
+
+def test_agents_sdk_typed_output_through_responses(server: BackgroundServer) -> None:
+    agents = pytest.importorskip("agents", reason="the openai-agents package (dev extra) is not installed")
+    import asyncio
+
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        name: str
+        age: int
+
+    agents.set_tracing_disabled(True)
+    client = openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key="local", max_retries=0, timeout=120)
+    agent = agents.Agent(
+        name="inventor", instructions="Invent a person.", output_type=Person,
+        model=agents.OpenAIResponsesModel(model="smollm2", openai_client=client),
+        model_settings=agents.ModelSettings(max_tokens=40, temperature=0),
+    )
+    result = asyncio.run(agents.Runner.run(agent, "A person, please."))
+    assert isinstance(result.final_output, Person) and result.final_output.name
