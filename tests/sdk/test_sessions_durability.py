@@ -1,6 +1,7 @@
 """Sessions under crashes and concurrency (worker: session_worker.py).
 
-* SIGKILL at random points during approval-gated ``run(session=...)`` turns, each run resuming the
+* SIGKILL at random points during approval-gated ``run(session=...)`` turns (SQLite, SQLAlchemy on
+  SQLite, and PostgreSQL when one runs here, as under ``make test``), each run resuming the
   last saved state in a new process: after every kill the session holds only whole turns, in order,
   none twice; at the end every turn is there once.
 * SIGKILL during large ``add_items`` transactions: a turn is all there or not at all.
@@ -49,8 +50,40 @@ def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str
     return proc
 
 
-def stored_turns(db: Path) -> list[tuple[str, list[Message]]]:
+PG_SESSION = f"parley-test-{os.getpid()}-sigkill"
+"""The session the PostgreSQL SIGKILL test's workers write (the server outlives the test: its rows are removed)."""
+
+
+def postgres_rows(session_id: str, *, remove: bool = False) -> list[Any]:
+    import sqlalchemy
+
+    from tests.sdk.test_sessions import PG_URL
+
+    engine = sqlalchemy.create_engine(PG_URL)
+    try:
+        with engine.connect() as conn:
+            try:
+                rows = conn.execute(
+                    sqlalchemy.text(
+                        "SELECT seq, turn_id, message_json FROM parley_messages WHERE session_id = :sid ORDER BY seq"
+                    ),
+                    {"sid": session_id},
+                ).fetchall()
+            except sqlalchemy.exc.ProgrammingError:  # killed before the tables were made
+                return []
+            if remove:
+                for table in ("parley_messages", "parley_turns", "parley_compactions", "parley_sessions"):
+                    conn.execute(sqlalchemy.text(f"DELETE FROM {table} WHERE session_id = :sid"), {"sid": session_id})
+                conn.commit()
+        return list(rows)
+    finally:
+        engine.dispose()
+
+
+def stored_turns(db: Path, store: str = "sqlite") -> list[tuple[str, list[Message]]]:
     """The session's rows grouped by turn id, in order; fails if a turn's rows are not contiguous."""
+    if store == "postgres":
+        return grouped(postgres_rows(PG_SESSION))
     if not db.exists():
         return []
     with sqlite3.connect(db) as conn:
@@ -78,9 +111,9 @@ def grouped(rows: list[Any]) -> list[tuple[str, list[Message]]]:
     return groups
 
 
-def check_agent_turns(db: Path) -> int:
+def check_agent_turns(db: Path, store: str = "sqlite") -> int:
     """Every stored turn is a whole "turn K" ... "done K" turn, K = 0, 1, 2, ...; returns how many."""
-    groups = stored_turns(db)
+    groups = stored_turns(db, store)
     for k, (_, messages) in enumerate(groups):
         assert len(messages) == TURN_LENGTH, f"turn {k} has {len(messages)} messages, not {TURN_LENGTH}"
         assert messages[0].text == f"turn {k}" and messages[-1].text == f"done {k}"
@@ -92,17 +125,32 @@ def check_agent_turns(db: Path) -> int:
     return len(groups)
 
 
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", [*STORES, "postgres"])
 def test_sigkill_during_session_runs_leaves_whole_turns(store: str, tmp_path: Path) -> None:
     db, state = tmp_path / "chat.db", tmp_path / "state.json"
+    env: dict[str, str] = {}
+    if store == "postgres":
+        from tests.sdk.test_sessions import PG_URL, postgres_engine_or_skip
+
+        postgres_engine_or_skip().dispose()
+        env = {"PARLEY_TEST_POSTGRES_URL": PG_URL, "PARLEY_TEST_SESSION_ID": PG_SESSION}
+        postgres_rows(PG_SESSION, remove=True)
+    try:
+        sigkill_session_runs(store, db, state, env)
+    finally:
+        if store == "postgres":
+            postgres_rows(PG_SESSION, remove=True)
+
+
+def sigkill_session_runs(store: str, db: Path, state: Path, env: dict[str, str]) -> None:
     rng = random.Random(20261201)
-    max_kills = 20 if store == "sqlite" else 10
+    max_kills = {"sqlite": 20, "sqlalchemy": 10}.get(store, 5)  # (PostgreSQL: fewer, its workers start slower)
     kills, committed_at_kill, starts = 0, [], Counter[str]()
     def resumed() -> bool:
         return starts["resume paused"] + starts["resume running"] > 0
 
     for run in range(200):
-        proc = start("turns", store, str(db), str(state), str(run))
+        proc = start("turns", store, str(db), str(state), str(run), env=env)
         # Until a kill has landed mid-turn (seen as a resume), keep killing, a little later each time: how
         # long a start takes depends on the machine, and a kill during start-up exercises nothing.
         if kills < max_kills or (not resumed() and kills < 3 * max_kills):
@@ -112,12 +160,12 @@ def test_sigkill_during_session_runs_leaves_whole_turns(store: str, tmp_path: Pa
         starts.update(line.rsplit(" ", 1)[0] if line.startswith("fresh") else line for line in out.splitlines())
         if proc.returncode == -signal.SIGKILL:
             kills += 1
-            committed_at_kill.append(check_agent_turns(db))  # only whole turns, after every kill
+            committed_at_kill.append(check_agent_turns(db, store))  # only whole turns, after every kill
             continue
         assert proc.returncode == 0, err
         assert "DONE" in out
         break
-    assert check_agent_turns(db) == TURNS  # every turn once, none lost
+    assert check_agent_turns(db, store) == TURNS  # every turn once, none lost
     assert not state.exists()
     print(
         f"store={store} kills={kills} turns committed at each kill={committed_at_kill} "
