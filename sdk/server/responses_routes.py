@@ -253,9 +253,10 @@ async def _stream(turn: ServerTurn, shell: _Shell, finished: Any) -> AsyncIterat
                 events = writer.feed(item)
                 if events:
                     yield send(events)
-    except ApiError as exc:
-        error = {"code": exc.code or exc.kind.value, "message": exc.message}
-        yield send([writer.event("error", code=error["code"], message=exc.message, param=exc.param),
+    except ApiError as exc:  # the documented codes: a refusal under load, else the server's fault
+        code = "rate_limit_exceeded" if exc.kind is ErrorKind.RATE_LIMIT else "server_error"
+        error = {"code": code, "message": exc.message}
+        yield send([writer.event("error", code=exc.code or code, message=exc.message, param=exc.param),
                     writer.event("response.failed", response=shell.body("failed", writer.output, error=error))])
     finally:
         await turn.close()

@@ -232,3 +232,15 @@ def test_reasoning_comes_back_as_a_reasoning_item_before_the_message(fake_engine
     assert streamed.strip() == "Two and two."
     final = events[-1].response  # type: ignore[union-attr]
     assert [i.type for i in final.output] == kinds and final.output_text == "Four."
+
+
+def test_a_turn_dropped_mid_stream_ends_with_error_and_response_failed(fake_engine: FakeEngine) -> None:
+    fake_engine.drop_after = 3
+    with serve(fake_engine) as server:
+        events = list(client(server).responses.create(model="test-model", input="hi", stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-2:] == ["error", "response.failed"]
+    failed = events[-1].response  # type: ignore[union-attr]
+    assert failed.status == "failed" and failed.error is not None and "dropped" in failed.error.message
+    assert failed.error.code == "server_error"  # one of the codes the client's type documents
+    assert [e.sequence_number for e in events] == list(range(len(events)))
