@@ -99,14 +99,8 @@ async def finish_call(
     checkpoint: Checkpoint | None,
     on_result: Callable[[ToolResult], Any] | None,
 ) -> None:
-    """Record a call's result the way `ToolRunner.run_batch` does (record, log, checkpoint, emit)."""
-    state.records[call.id] = result
-    state.started = [c for c in state.started if c != call.id]
-    runner.log(state, call, arguments, result)
-    if checkpoint is not None:
-        await checkpoint()
-    if on_result is not None:
-        await on_result(result)
+    """Record a call's result the way `ToolRunner.run_batch` does (ledger, record, log, checkpoint, emit)."""
+    await runner.finish(state, call, arguments, result, checkpoint, on_result)
 
 
 class RunControls:
@@ -196,6 +190,7 @@ class RunControls:
         loop.agent = agent
         loop.tool_runner = ToolRunner(agent.tools, agent.toolsets, getattr(loop, "tracer", None))
         loop.tool_runner.controls = self
+        loop.tool_runner.gate = loop.gate
 
     # -- usage across agents --------------------------------------------------------------------------
     def add_usage(self, usage: Usage) -> None:

@@ -28,13 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 from parley._history_run import shape_history
 from parley._run_controls import RunControls
+from parley._run_ledger import CallGate
 from parley._run_tools import ToolRunner
 from parley._run_turn import EventSink, take_turn, unique_call_ids
 from parley.agent_tool import forward_events, take_link
 from parley.backends.base import ModelRequest
 from parley.compaction import still_valid
 from parley.errors import MaxTurnsExceeded, OutputValidationError
+from parley.fingerprint import AllowAgentChange, check_resume, fingerprint_of
 from parley.interruptions import plan_batch, repeat_mode, repeat_outcome, settled_call
+from parley.ledger import Ledger
 from parley.output import OutputInvalid
 from parley.protocol import Conversation, Message, MessageEnd, Role, ToolCall, ToolResult
 from parley.protocol.events import ToolCallRepeated
@@ -65,8 +68,19 @@ class RunLoop:
         deps: Any = None,
         session: Session | None = None,
         tracer: Any = None,
+        ledger: Ledger | None = None,
+        allow_agent_change: AllowAgentChange = False,
+        resumed: bool = False,
     ) -> None:
         self.agent = agent
+        self.ledger = ledger
+        """The execution ledger (`parley.ledger`), or None (``ledger=False``)."""
+        self.allow_agent_change = allow_agent_change
+        self.resumed = resumed
+        """The state was handed in (a resume): it is checked against the agent (`parley.fingerprint`)."""
+        self.gate = CallGate(ledger, state.trace_id) if ledger is not None else None
+        self._catch_up = self.gate is not None and bool(state.batch)
+        """The open batch came with the state: ask the ledger what other copies of it recorded."""
         self.tracer = tracer
         """A `parley.tracing` run tracer, or None (not traced: no tracing code runs)."""
         self.session = session
@@ -82,6 +96,7 @@ class RunLoop:
         self.context = ToolContext(tenant=state.tenant, run_id=state.trace_id, deps=deps)
         # one executor per run: its in-flight dedup by call id must never join two runs' calls
         self.tool_runner = ToolRunner(agent.tools, agent.toolsets, tracer)
+        self.tool_runner.gate = self.gate
         self.seen_ids = {c.id for m in state.messages for c in m.tool_calls} | {c.id for c in state.batch}
         self.tools_off: str | None = None
         """Why the current request has tools off (None: it has them as the agent says)."""
@@ -102,6 +117,11 @@ class RunLoop:
                 await outcome
 
     async def run(self) -> RunResult[Any]:
+        self.tool_runner.refresh()  # the toolsets are open now: their tools count in the fingerprint
+        if self.resumed:  # before anything runs: a state is resumed only by its own agent
+            self.state = check_resume(self.state, self.agent, self.tool_runner.tools, self.allow_agent_change)
+        else:
+            self.state.fingerprint = fingerprint_of(self.agent, self.tool_runner.tools)
         if self.controls is not None:
             return await self.controls.run(self._run)
         return await self._run()
@@ -245,6 +265,14 @@ class RunLoop:
         """Run / answer what can be; True when every call of the batch has a result."""
         state = self.state
         self.tool_runner.refresh()  # a toolset's list may have changed (e.g. an MCP server's)
+        if self._catch_up and self.gate is not None:
+            self._catch_up = False
+            found = await self.gate.catch_up(state)
+            if found:
+                calls = {c.id: c for c in state.batch}
+                for result in found:  # the repeat rule knows them as if they ran here
+                    self.tool_runner.log(state, calls[result.call_id], calls[result.call_id].arguments, result)
+                await self.checkpoint()
         plan = plan_batch(state, self.tool_runner.tools)
         if self.controls is not None:
             plan = await self.controls.plan(plan)
@@ -270,6 +298,8 @@ class RunLoop:
         )
         for call, _ in plan.run:
             state.decisions.pop(call.id, None)
+        if self.gate is not None:
+            plan.pause.extend(self.gate.take_uncertain())  # claimed by a run that died: a person decides
         await self._answer_followers(plan.follow)
         if plan.pause:
             state.pending = plan.pause

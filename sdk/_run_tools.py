@@ -3,8 +3,11 @@
 Before any call starts, the state marks the calls as *started* and is checkpointed; each result is
 recorded in the state (and checkpointed) the moment it arrives, before the next model call. A
 process that dies mid-batch therefore resumes with exactly the unrecorded calls left: recorded
-calls are never re-executed, in-flight ones re-run with the same call id (their idempotency key,
-available to the tool as `ToolContext.call_id`).
+calls are never re-executed. With an execution ledger (`parley.ledger`, the default) guarded calls
+are also claimed there before they run and recorded there first (`parley._run_ledger`): another
+copy of the state uses that result, and an in-flight call of a dead process is re-run only for
+idempotent tools (else a person decides). Without one (``ledger=False``) in-flight calls re-run with
+the same call id (their idempotency key, available to the tool as `ToolContext.call_id`).
 
 A call that ran successfully is also entered in the state's `call_log` (under its call key, and
 under the edited arguments' key when a person changed them), in the same step as its record, so the
@@ -24,6 +27,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from parley._run_ledger import CallGate
 from parley.errors import ConfigurationError
 from parley.interruptions import repeat_mode, settled_call
 from parley.protocol import ToolCall, ToolResult, ToolSpec
@@ -38,6 +42,8 @@ class ToolRunner:
 
     controls: Any = None
     """The run's `parley._run_controls.RunControls` (hooks, guardrails, agent tools), or None."""
+    gate: CallGate | None = None
+    """The run's view of the execution ledger (`parley._run_ledger`), or None (no ledger)."""
 
     def __init__(self, tools: Sequence[Tool], toolsets: Sequence[Toolset] = (), tracer: Any = None) -> None:
         self.local = list(tools)
@@ -85,26 +91,62 @@ class ToolRunner:
 
         async def one(call: ToolCall, arguments: str) -> None:
             target = call if arguments == call.arguments else call.model_copy(update={"arguments": arguments})
-            if self.controls is not None:  # hooks, guardrails and agent tools around the call
-                await self.controls.run_call(self, state, call, target, context, checkpoint, on_result)
+            gate = self.gate
+            if gate is not None and gate.guards(state, call, self.tools.get(call.name)):
+                entered = await gate.enter(state, call, self.tools.get(call.name), arguments)
+                if isinstance(entered, ToolResult):  # another copy of the state ran it: its result
+                    await self.finish(state, call, arguments, entered, checkpoint, on_result)
+                    return
+                if not entered:  # may or may not have run: a person decides (the batch pauses)
+                    state.started = [c for c in state.started if c != call.id]
+                    return
+                async with gate.holding(call.id):
+                    await self._execute(state, call, target, context, checkpoint, on_result)
                 return
-            if self.tracer is None:
-                results = await self.executor.execute([target], context=context)
-            else:
-                results = await self.tracer.tool_call(self, state, call, target, context)
-            result = results[0]
-            state.records[call.id] = result
-            state.started = [c for c in state.started if c != call.id]
-            self.log(state, call, arguments, result)
-            if checkpoint is not None:
-                await checkpoint()
-            if on_result is not None:
-                await on_result(result)
+            await self._execute(state, call, target, context, checkpoint, on_result)
 
         if len(calls) == 1:
             await one(*calls[0])
         else:
             await asyncio.gather(*(one(call, arguments) for call, arguments in calls))
+
+    async def _execute(
+        self,
+        state: RunState,
+        call: ToolCall,
+        target: ToolCall,
+        context: ToolContext,
+        checkpoint: Checkpoint | None,
+        on_result: Callable[[ToolResult], Awaitable[None]] | None,
+    ) -> None:
+        if self.controls is not None:  # hooks, guardrails and agent tools around the call
+            await self.controls.run_call(self, state, call, target, context, checkpoint, on_result)
+            return
+        if self.tracer is None:
+            results = await self.executor.execute([target], context=context)
+        else:
+            results = await self.tracer.tool_call(self, state, call, target, context)
+        await self.finish(state, call, target.arguments, results[0], checkpoint, on_result)
+
+    async def finish(
+        self,
+        state: RunState,
+        call: ToolCall,
+        arguments: str,
+        result: ToolResult,
+        checkpoint: Checkpoint | None,
+        on_result: Callable[[ToolResult], Any] | None,
+    ) -> None:
+        """Record a call's result: in the ledger first (when claimed), then in the state; log, checkpoint, emit."""
+        if self.gate is not None:
+            result = await self.gate.record(call.id, result)
+        state.records[call.id] = result
+        state.started = [c for c in state.started if c != call.id]
+        self.log(state, call, arguments, result)
+        if checkpoint is not None:
+            await checkpoint()
+        if on_result is not None:
+            await on_result(result)
 
     def log(self, state: RunState, call: ToolCall, arguments: str, result: ToolResult) -> None:
         """Remember a successful run for the repeat rule (failures are not: the model may retry them)."""

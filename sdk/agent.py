@@ -31,6 +31,8 @@ from parley.backends.base import Backend, SamplingSettings, ToolChoice
 from parley.caching import CachePolicy
 from parley.context import RunContext
 from parley.errors import ConfigurationError
+from parley.fingerprint import AllowAgentChange
+from parley.ledger import LedgerOption, resolve_ledger
 from parley.output import OutputSpec
 from parley.protocol import Conversation, Event, Message, Role
 from parley.reasoning import Reasoning
@@ -337,6 +339,8 @@ class Agent(Generic[OutputT, DepsT]):
         checkpoint: CheckpointFn | None = None,
         deps: DepsT | None = None,
         session: Session | None = None,
+        ledger: LedgerOption = None,
+        allow_agent_change: AllowAgentChange = False,
     ) -> RunResult[OutputT]:
         """Run until a final answer or a pause. `checkpoint(state)` is called at every durable point.
 
@@ -345,11 +349,15 @@ class Agent(Generic[OutputT, DepsT]):
         result). `deps` reaches tools as `ToolContext.deps`. With `session`, the model also sees the
         session's history, and the run's whole turn is appended to it in one transaction when the
         run completes (never at a pause: resume with the same session; see `parley.sessions`).
+
+        `ledger` is where calls with side effects are claimed and recorded, so that any number of
+        resumes of copies of one state run each such call once (`parley.ledger`: by default the
+        session's database, else ``$PARLEY_LEDGER`` or ``~/.local/state/parley/ledger.sqlite3``;
+        a path, a `Ledger`, or False for none). A state is resumed only by the agent that saved it
+        (`RunStateMismatchError` otherwise); `allow_agent_change` (True, or a migration hook)
+        accepts a deliberate upgrade whose open calls still fit (`parley.fingerprint`).
         """
-        check_session_run(session, state, input)
-        loop = RunLoop(
-            self, self._start(input, state, tenant), checkpoint=checkpoint, emit=None, deps=deps, session=session
-        )
+        loop = self._loop(input, state, tenant, checkpoint, None, deps, session, ledger, allow_agent_change)
         result: RunResult[OutputT] = await self._drive(loop)
         return result
 
@@ -362,10 +370,21 @@ class Agent(Generic[OutputT, DepsT]):
         checkpoint: CheckpointFn | None = None,
         deps: DepsT | None = None,
         session: Session | None = None,
+        ledger: LedgerOption = None,
+        allow_agent_change: AllowAgentChange = False,
     ) -> RunResult[OutputT]:
         """`run` for code without an event loop."""
         return asyncio.run(
-            self.run(input, state=state, tenant=tenant, checkpoint=checkpoint, deps=deps, session=session)
+            self.run(
+                input,
+                state=state,
+                tenant=tenant,
+                checkpoint=checkpoint,
+                deps=deps,
+                session=session,
+                ledger=ledger,
+                allow_agent_change=allow_agent_change,
+            )
         )
 
     async def run_stream(
@@ -377,6 +396,8 @@ class Agent(Generic[OutputT, DepsT]):
         checkpoint: CheckpointFn | None = None,
         deps: DepsT | None = None,
         session: Session | None = None,
+        ledger: LedgerOption = None,
+        allow_agent_change: AllowAgentChange = False,
     ) -> AsyncIterator[Event | RunResult[OutputT]]:
         """Yield the run's events as they happen (model deltas, tool results as tool `MessageEnd`s),
         then the `RunResult` as the last item.
@@ -389,10 +410,7 @@ class Agent(Generic[OutputT, DepsT]):
         async def emit(event: Any) -> None:
             await queue.put(event)
 
-        check_session_run(session, state, input)
-        loop = RunLoop(
-            self, self._start(input, state, tenant), checkpoint=checkpoint, emit=emit, deps=deps, session=session
-        )
+        loop = self._loop(input, state, tenant, checkpoint, emit, deps, session, ledger, allow_agent_change)
 
         async def drive() -> RunResult[Any]:
             try:
@@ -413,6 +431,35 @@ class Agent(Generic[OutputT, DepsT]):
                 task.cancel()
 
     # -- state --------------------------------------------------------------------------------------
+    def _loop(
+        self,
+        input: AgentInput,
+        state: RunState | None,
+        tenant: str | None,
+        checkpoint: CheckpointFn | None,
+        emit: Any,
+        deps: Any,
+        session: Session | None,
+        ledger: LedgerOption,
+        allow_agent_change: AllowAgentChange,
+    ) -> RunLoop:
+        check_session_run(session, state, input)
+        if not (isinstance(allow_agent_change, bool) or callable(allow_agent_change)):
+            raise ConfigurationError(
+                f"allow_agent_change must be a bool or a migration hook, not {type(allow_agent_change).__name__}"
+            )
+        return RunLoop(
+            self,
+            self._start(input, state, tenant),
+            checkpoint=checkpoint,
+            emit=emit,
+            deps=deps,
+            session=session,
+            ledger=resolve_ledger(ledger, session),
+            allow_agent_change=allow_agent_change,
+            resumed=state is not None,
+        )
+
     def _start(self, input: AgentInput, state: RunState | None, tenant: str | None) -> RunState:
         new_messages = self._input_messages(input)
         if state is None:

@@ -205,8 +205,13 @@ async def run_agent_call(
         start = {"state": child_state}
     token = _LINK.set(RunLink(parent=controls.loop, call_id=call.id, name=tool.name))
     try:
+        parent = controls.loop
         running = tool.agent.run(
-            **start, deps=context.deps, checkpoint=child_checkpoint if checkpoint is not None else None
+            **start,
+            deps=context.deps,
+            checkpoint=child_checkpoint if checkpoint is not None else None,
+            ledger=parent.ledger if parent.ledger is not None else False,  # the child's calls: the same ledger
+            allow_agent_change=parent.allow_agent_change,
         )
         result = await (running if tool.timeout_s is None else asyncio.wait_for(running, tool.timeout_s))
     except (GuardrailTripped, HookError):
@@ -223,6 +228,8 @@ async def run_agent_call(
         if result.paused:
             state.children[call.id] = result.state
             state.started = [c for c in state.started if c != call.id]  # its progress is the child state now
+            if runner.gate is not None:  # not finished: the next resume claims the call again
+                await runner.gate.release(call.id)
             controls.pause_later(surfaced(call.id, tool.agent, result.interruptions))
             return
         answer = ToolResult(call_id=call.id, name=call.name, content=await extract(tool, result))

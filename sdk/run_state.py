@@ -15,9 +15,13 @@ parent are routed to it); guardrail results are kept in `guardrails`; after a ha
 `current_agent` names the agent answering.
 
 Durability: the run loop records a tool's result here before the next model call, and marks a
-call as *started* before executing it. Resuming never re-executes a call whose result is recorded;
-a call that was started but not recorded (the process died mid-call) is re-run with the same call
-id, which tools receive in their `ToolContext` to use as an idempotency key.
+call as *started* before executing it. Resuming never re-executes a call whose result is recorded.
+Copies of a state share the execution ledger (`parley.ledger`): a call with a side effect is
+claimed there before it runs and its result recorded there, so a second resume of the same (or an
+older) copy uses that result; a call started but never recorded (the process died mid-call) is run
+again only if its tool is idempotent, otherwise it comes back as an ``uncertain`` interruption for a
+person (approve: run it again; reject: skip it). Tools receive the call id in their `ToolContext`,
+to use as an idempotency key. A state is bound to its agent (`fingerprint`, `parley.fingerprint`).
 
 Compatibility policy
 --------------------
@@ -43,10 +47,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parley.errors import ApprovalArgumentsError, RunStateError, RunStateVersionError, UnknownCallError
+from parley.fingerprint import AgentFingerprint
 from parley.protocol import Message, ToolCall, ToolResult, Usage
 from parley.protocol.blobs import BlobStore, FolderBlobStore, blob_context
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 SCHEMA_VERSION_SUMMARIES: dict[str, str] = {
     "1.0": "First release: messages, open batch, recorded results, started calls, pending interruptions, "
     "decisions, usage, turn and tool-call counts, backend, tenant, trace id, output.",
@@ -57,6 +62,10 @@ SCHEMA_VERSION_SUMMARIES: dict[str, str] = {
     "children (paused runs of agents used as tools, by call id), guardrails (guardrail results), "
     "input_guarded, current_agent and handoff_to (handoffs), and Interruption.path/agent/reason; optional "
     "compaction (the summary that stands in for the oldest messages, parley.compaction).",
+    "1.2": "Adds the agent's fingerprint (name, tool argument-schema hashes, output schema, child agents: "
+    "parley.fingerprint), Interruption kind 'uncertain' (a call claimed in the execution ledger but never "
+    "recorded: it may or may not have run) with its claim token, and Approved.retry_of (the uncertain claim a "
+    "person chose to run again). States of 1.0/1.1 carry no fingerprint and are checked by names only.",
 }
 SUPPORTED_VERSIONS: tuple[str, ...] = tuple(SCHEMA_VERSION_SUMMARIES)
 
@@ -66,7 +75,12 @@ def _from_1_0(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema_version": "1.1"}
 
 
-_MIGRATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"1.0": _from_1_0}
+def _from_1_1(data: dict[str, Any]) -> dict[str, Any]:
+    """1.1 -> 1.2: additive (no fingerprint yet: the first resume checks names only, then records one)."""
+    return {**data, "schema_version": "1.2"}
+
+
+_MIGRATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"1.0": _from_1_0, "1.1": _from_1_1}
 """version -> function turning a state dict of that version into the next supported one."""
 
 DEFAULT_REJECTION = "The user rejected this tool call."
@@ -77,7 +91,10 @@ class _Model(BaseModel):
 
 
 class Interruption(_Model):
-    """A tool call the run is waiting on: ``approval`` (a human decides) or ``deferred`` (an outside result).
+    """A tool call the run is waiting on: ``approval`` (a human decides), ``deferred`` (an outside
+    result) or ``uncertain`` (it was claimed in the execution ledger by a run that stopped before
+    recording its result: it may or may not have run; `RunState.approve` runs it again, `reject`
+    skips it with a message for the model, `provide_result` answers it).
 
     A call waiting inside an agent used as a tool (`Agent.as_tool`) surfaces on the parent with a
     `path`: the parent's call id, then the child's (and so on down nested agents); its `call_id` is
@@ -85,7 +102,7 @@ class Interruption(_Model):
     unchanged (the decision is routed to the child's state).
     """
 
-    kind: Literal["approval", "deferred"]
+    kind: Literal["approval", "deferred", "uncertain"]
     call_id: str
     tool_name: str
     arguments: str
@@ -97,7 +114,10 @@ class Interruption(_Model):
     agent: str | None = None
     """The agent whose call waits (set for calls inside agent tools and after handoffs)."""
     reason: str | None = None
-    """Why approval is asked when a guardrail asked for it (`ToolDecision.require_approval`)."""
+    """Why approval is asked when a guardrail asked for it (`ToolDecision.require_approval`), or why the
+    outcome of an ``uncertain`` call is unknown."""
+    claim: str | None = None
+    """For ``uncertain``: the ledger claim left without a result (approving takes over that claim)."""
 
     def parsed_arguments(self) -> Any:
         return json.loads(self.arguments)
@@ -107,6 +127,8 @@ class Approved(_Model):
     kind: Literal["approved"] = "approved"
     arguments: str | None = None
     """Edited arguments (JSON text) to run instead of the model's, already schema-checked."""
+    retry_of: str | None = None
+    """The orphaned ledger claim of an ``uncertain`` call that a person chose to run again."""
 
 
 class Rejected(_Model):
@@ -244,6 +266,9 @@ class RunState(_Model):
     """A handoff the model asked for, applied once the open batch is resolved."""
     compaction: CompactionRecord | None = None
     """The latest compaction of the conversation (`parley.compaction`); optional and additive within 1.1."""
+    fingerprint: AgentFingerprint | None = None
+    """The agent this state belongs to (`parley.fingerprint`): a resume by another agent is refused.
+    Added in 1.2 (older states have none and are checked by names only)."""
     trace_context: dict[str, str] | None = None
     """The W3C trace context (``traceparent``, ``tracestate``) of the run's first ``invoke_agent`` span,
     when the run is traced (`parley.tracing`): a resume, in any process, continues that trace.
@@ -295,7 +320,7 @@ class RunState(_Model):
             if item.parameters is not None:
                 _check_schema(call_id, item.tool_name, value, item.parameters)
             edited = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-        self._resolve(call_id, Approved(arguments=edited))
+        self._resolve(call_id, Approved(arguments=edited, retry_of=item.claim if item.kind == "uncertain" else None))
 
     def reject(self, call_id: str, message: str = DEFAULT_REJECTION) -> None:
         """Do not run the call; `message` reaches the model as the tool's error result."""

@@ -13,7 +13,7 @@ import pytest
 from parley import Agent, RunHooks, RunState, handoff
 from parley.backends import ScriptedBackend, ScriptedTurn
 from parley.backends.scripted import call
-from parley.errors import ConfigurationError
+from parley.errors import ConfigurationError, RunStateMismatchError
 from parley.handoffs import keep_last_turns, remove_tool_calls, repair_history
 from parley.protocol import Message, Role, ToolResult
 from tests.conftest import REPO_ROOT
@@ -124,8 +124,11 @@ async def test_resuming_with_an_agent_that_cannot_reach_the_current_one_is_refus
     triage, _, _ = refund_agents(tmp_path / "log")
     paused = await triage.run("refund please")
     stranger = Agent(ScriptedBackend([]), name="stranger")
-    with pytest.raises(ConfigurationError, match="'billing'"):
+    with pytest.raises(RunStateMismatchError, match="'stranger'") as refused:  # bound to triage (parley.fingerprint)
         await stranger.run(state=RunState.from_json(paused.state.to_json()))
+    assert "agent name 'triage' (saved) is 'stranger' now" in refused.value.differences
+    with pytest.raises(RunStateMismatchError, match="missing"):  # an upgrade must still have the open calls' tools
+        await stranger.run(state=RunState.from_json(paused.state.to_json()), allow_agent_change=True)
 
 
 async def test_the_frozen_handoff_state_fixture_resumes(tmp_path: Path) -> None:

@@ -52,22 +52,24 @@ async def test_prefixed_tool_needing_approval_pauses_and_resumes_in_another_proc
 
     state_path = tmp_path / "state.json"
     result.state.save(state_path)
-    worker = subprocess.run(
-        [sys.executable, "-m", "tests.sdk.mcp_fixture", "resume", str(state_path), str(count)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert worker.returncode == 0, worker.stderr
-    assert worker.stderr == ""  # no teardown noise, no server log lines in the user's stderr
-    assert "notes_delete_note=no note 'draft'" in worker.stdout  # a new server process: fresh memory
-    assert counted(count) == ["add_note", "delete_note"]  # exactly one execution of the approved call
+    for _ in range(2):  # the same saved state approved and resumed in two processes (one ledger: parley.ledger)
+        worker = subprocess.run(
+            [sys.executable, "-m", "tests.sdk.mcp_fixture", "resume", str(state_path), str(count)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert worker.returncode == 0, worker.stderr
+        assert worker.stderr == ""  # no teardown noise, no server log lines in the user's stderr
+        assert "notes_delete_note=no note 'draft'" in worker.stdout  # a new server process: fresh memory
+        assert counted(count) == ["add_note", "delete_note"]  # exactly one execution of the approved call
 
-    # Resuming the same (old) state again must not execute the call again in this process either:
-    # the decision was taken on the worker's copy; this copy still waits, so it pauses again.
+    # The same (old) state resumed here, still waiting for the approval: it finds the call recorded
+    # in the ledger, so it neither runs it again nor asks for the approval again.
     again = await agent.run(state=RunState.load(state_path))
-    assert again.paused and counted(count) == ["add_note", "delete_note"]
+    assert not again.paused and "notes_delete_note=no note 'draft'" in again.output
+    assert counted(count) == ["add_note", "delete_note"]
 
 
 async def test_results_images_errors_and_validation(tmp_path: Path) -> None:

@@ -347,7 +347,7 @@ def test_the_record_holds_across_processes(tmp_path: Path) -> None:
 
     assert "paused: ['send_report']" in run("start")
     saved = json.loads(state.read_text())
-    assert saved["schema_version"] == "1.1" and len(saved["call_log"]) == 1  # lookup ran; the report waits
+    assert saved["schema_version"] == "1.2" and len(saved["call_log"]) == 1  # lookup ran; the report waits
     out = run("resume")
     assert "paused: False output: Reported." in out and 'repeats: ["lookup", "send_report"]' in out
     assert [line.split()[0] for line in log.read_text().splitlines()] == ["lookup", "send_report"]

@@ -119,9 +119,9 @@ def test_1_0_states_load_as_the_current_version_with_an_empty_repeat_record() ->
     old = FIXTURES / "1.0" / "resume_pending_approval.json"
     assert json.loads(old.read_text())["schema_version"] == "1.0"
     state = RunState.from_json(old.read_text())
-    assert state.schema_version == SCHEMA_VERSION == "1.1"
-    assert state.call_log == {} and state.repeats == [] and state.tool_rounds == 0
-    assert json.loads(state.to_json())["schema_version"] == "1.1"
+    assert state.schema_version == SCHEMA_VERSION == "1.2"
+    assert state.call_log == {} and state.repeats == [] and state.tool_rounds == 0 and state.fingerprint is None
+    assert json.loads(state.to_json())["schema_version"] == "1.2"
 
 
 async def test_the_repeat_record_survives_the_fixture_and_answers_a_repeat() -> None:
