@@ -30,9 +30,14 @@ What ``agent.run(input, session=s)`` does (also `run_sync` and `run_stream`):
   one the model would see only the turn.
 * **At most once.** Writing is idempotent by trace id: resuming the same state twice (two
   processes, or a retry after a crash between the final checkpoint and the write) or running a
-  completed state again writes the turn once. If the write itself failed, run the completed state
-  again with the session to write it. A completed state cannot take new input with a session: the
-  next turn is a new run (``agent.run(input, session=s)``).
+  completed state again writes the turn once. If the write itself failed (locked past the busy
+  timeout, a read-only file, a server down), the run still completed: the error, a
+  `parley.sessions.errors.SessionStoreError`, carries it as ``.state``; run that state again with the
+  session (``agent.run(state=error.state, session=s)``) to write the turn, once. A completed state
+  cannot take new input with a session: the next turn is a new run (``agent.run(input, session=s)``).
+* **Errors are parley's.** Every store raises the `parley.sessions.errors` family (busy, corrupt,
+  read-only, unavailable), never a driver's exception; text no store can hold (a lone surrogate) is
+  refused as `UnencodableTextError`, naming the place, before the model is called.
 * Concurrent runs on one session each append their own whole turn, in commit order; a run does not
   see a turn that another run commits while it is running.
 * **Compaction is recorded with the turn.** When the run compacted (``Agent(compaction=...)``),
