@@ -16,6 +16,7 @@ Reasoning.effort  reasoning_effort         reasoning_effort             reasonin
 Reasoning.budget  rejected (names it)      thinking_token_budget        rejected             rejected
 reasoning text    —                        ``reasoning`` field          reasoning_content    reasoning_content
 tenant            safety_identifier        cache_salt                   cache_salt           not sent (no field)
+schema + tools    both sent                schema only with tools off   same as vllm         same as vllm
 ================  =======================  ===========================  ===================  ======================
 
 llama.cpp, as found against ``llama-cpp-python[server]`` 0.3.36 (the ``llamacpp``-marked
@@ -221,7 +222,7 @@ class OpenAIBackend:
             extra.update(repetition_penalty=sampling.repetition_penalty, min_p=sampling.min_p,
                          min_tokens=sampling.min_tokens, ignore_eos=sampling.ignore_eos)
         extra.update(self._reasoning(request, flavor))
-        if request.output_schema is not None:
+        if request.output_schema is not None and not self._schema_fights_tools(request, flavor):
             if flavor == "vllm":
                 extra["structured_outputs"] = {"json": request.output_schema}
             elif flavor == "llamacpp":  # json_schema is refused; json_object + schema becomes a grammar
@@ -255,6 +256,18 @@ class OpenAIBackend:
         body.update(self.extra_body)
         return body
 
+    @staticmethod
+    def _schema_fights_tools(request: ModelRequest, flavor: Dialect) -> bool:
+        """True where the answer schema must not be sent: tools the model may call on a self-hosted server.
+
+        vLLM, SGLang and llama.cpp apply an output schema to the whole generation, tool calls included, so
+        with tools on ``auto`` or ``required`` the model could not call a tool (vLLM with ``required``
+        returned calls whose arguments were not objects, round after round; PydanticAI issue 6552). OpenAI
+        itself keeps the two apart. So on those servers the schema goes only with a turn whose tools are
+        off; the agent validates the typed answer either way (and repairs it, `Agent.output_retries`), and
+        after `max_tool_rounds` it asks for the answer with tools off, where the schema is enforced."""
+        return flavor != "openai" and bool(request.tools) and request.tool_choice != "none"
+
     def _replays_stream(self, request: ModelRequest, flavor: Dialect) -> bool:
         """llama.cpp's ``chatml-function-calling`` cannot stream a turn that may or must call a tool."""
         return flavor == "llamacpp" and self.api == "chat" and bool(request.tools) and \
@@ -274,7 +287,7 @@ class OpenAIBackend:
         if any(v is not None for v in reasoning.values()):
             extra["reasoning"] = {k: v for k, v in reasoning.items() if v is not None}
         extra["thinking_token_budget"] = chat_reasoning.get("thinking_token_budget")
-        if request.output_schema is not None:
+        if request.output_schema is not None and not self._schema_fights_tools(request, flavor):
             extra["text"] = {"format": responses_wire.text_format(request.output_schema, strict=flavor == "openai")}
         if request.tenant is not None:
             extra["safety_identifier" if flavor == "openai" else "cache_salt"] = request.tenant

@@ -293,12 +293,13 @@ async def test_llamacpp_flavor_fields(server: FakeServer) -> None:
     call = Message(role=Role.ASSISTANT, parts=[ToolCall(id="call_1", name="get_weather", arguments="{}")])
     await backend.generate(_request(
         Message.user("x"), call, Message.tool("call_1", "get_weather", "22°C"), tools=[WEATHER],
-        output_schema=schema, tenant="acme", cache=CachePolicy(prompt_cache_key="k1"),
+        tool_choice="none", output_schema=schema, tenant="acme", cache=CachePolicy(prompt_cache_key="k1"),
         sampling=SamplingSettings(max_tokens=16, top_k=5)))
     sent = server.requests[0].body
     # max_completion_tokens is ignored by llama.cpp (it generated to the end of the context).
     assert sent["max_tokens"] == 16 and "max_completion_tokens" not in sent and sent["top_k"] == 5
-    # json_schema is refused; json_object with a schema is compiled to a grammar (the schema as given).
+    # json_schema is refused; json_object with a schema is compiled to a grammar (the schema as given; sent on
+    # this answer turn because its tools are off).
     assert sent["response_format"] == {"type": "json_object", "schema": schema}
     # No tenant or cache-key fields: the server has none.
     assert not {"safety_identifier", "cache_salt", "prompt_cache_key"} & set(sent)
@@ -380,3 +381,36 @@ async def test_llamacpp_validation_error_500_is_a_bad_request_and_not_retried(se
     server.queue(Reply(500, {"error": {"message": "CUDA out of memory", "type": "internal_server_error"}}),
                  Reply(body=_completion({"content": "ok"})))
     assert (await _llamacpp(server).generate(_request(Message.user("x")))).messages[0].text == "ok"  # retried
+
+
+# -- tools and a typed answer never fight (self-hosted servers constrain the whole generation to a schema) ------
+SCHEMA_KEYS = ("structured_outputs", "response_format", "text")
+
+
+@pytest.mark.parametrize("flavor", ["vllm", "sglang", "llamacpp"])
+@pytest.mark.parametrize("choice", ["auto", "required", NamedToolChoice("get_weather")])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_self_hosted_server_gets_no_answer_schema_while_tools_may_be_called(flavor: str, choice: Any,
+                                                                            api: str) -> None:
+    backend = OpenAIBackend("m", api_key="k", api=api)
+    request = _request(Message.user("x"), tools=[WEATHER], tool_choice=choice, output_schema={"type": "object"})
+    body = backend.build_body(request, flavor)  # type: ignore[arg-type]
+    assert not set(SCHEMA_KEYS) & body.keys()
+    assert body["tools"] and body.get("tool_choice") is not None
+
+
+@pytest.mark.parametrize("flavor", ["vllm", "sglang", "llamacpp"])
+def test_with_tools_off_the_schema_is_enforced_by_the_server(flavor: str) -> None:
+    backend = OpenAIBackend("m", api_key="k")
+    schema = {"type": "object"}
+    tools_off = _request(Message.user("x"), tools=[WEATHER], tool_choice="none", output_schema=schema)
+    no_tools = _request(Message.user("x"), output_schema=schema)
+    for request in (tools_off, no_tools):
+        body = backend.build_body(request, flavor)  # type: ignore[arg-type]
+        assert set(SCHEMA_KEYS) & body.keys(), flavor
+
+
+def test_openai_itself_keeps_tools_and_the_answer_schema_together() -> None:
+    body = OpenAIBackend("m", api_key="k").build_body(
+        _request(Message.user("x"), tools=[WEATHER], tool_choice="auto", output_schema={"type": "object"}), "openai")
+    assert body["response_format"]["type"] == "json_schema" and body["tools"]
