@@ -218,7 +218,7 @@ async def test_another_session_types_failure_is_wrapped_with_the_state() -> None
 # -- text no store can hold -------------------------------------------------------------------------------
 
 
-@tool
+@tool(idempotent=True)  # (a tool with side effects is recorded in the execution ledger first: parley.ledger)
 def fetch(url: str) -> str:
     """Fetch a page (this one returns half of a UTF-16 pair)."""
     return "caf\udce9"
