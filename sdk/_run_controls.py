@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from parley.agent_tool import AgentTool, RunLink, mark_outer, run_agent_call
 from parley.backends.base import ModelRequest, ModelResponse
 from parley.context import RunContext
-from parley.errors import ConfigurationError, GuardrailTripped, HookError, UsageLimitExceeded
+from parley.errors import CallInProgressError, ConfigurationError, GuardrailTripped, HookError, UsageLimitExceeded
 from parley.guardrails import GuardrailSet, check_all, check_tool_output, screen_call, user_input, verdict_of
 from parley.handoffs import (
     HandoffTool,
@@ -332,8 +332,15 @@ class RunControls:
         state.current_agent = spec.agent.name
         state.handoff_to = None
         state.tool_rounds, state.stalled, state.output_attempts = 0, False, 0
+        gate = loop.gate
         try:
-            await run_on_handoff(spec, self.ctx)
+            if gate is not None and spec.on_handoff is not None:  # once per run, whichever copy gets here
+                key = f"handoff:{state.turn}:{spec.agent.name}"
+                await gate.once(key, spec.tool_name, lambda: run_on_handoff(spec, self.ctx))
+            else:
+                await run_on_handoff(spec, self.ctx)
+        except CallInProgressError:
+            raise
         except Exception as exc:
             why = f"on_handoff of {spec.tool_name} raised {type(exc).__name__}: {exc}"
             raise HookError(why, hook="on_handoff") from exc

@@ -15,12 +15,17 @@ Three points of the tool phase touch it:
   so a crash between the two leaves the result where a resume finds it. A child run that paused gives
   its parent call's claim back; a call that raised (cancelled, killed, a hook error) leaves its claim
   without a record: it may have run.
+
+Beside tool calls: a handoff's ``on_handoff`` callback runs at most once per run (`CallGate.once`,
+keyed by the turn and the agent handed to), and a call's tool-input guardrail verdicts are recorded
+once and reused by every copy (`CallGate.shared`): no copy re-runs or re-bills them, and every copy
+acts on the same verdicts.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from parley.ledger import Claim, Ledger
@@ -113,6 +118,36 @@ class CallGate:
         claim = self.claims.pop(call_id, None)
         if claim is not None:
             await self.ledger.release(claim)
+
+    async def once(self, key: str, name: str, action: Callable[[], Awaitable[None]]) -> bool:
+        """Run `action` (a callback with a side effect, e.g. ``on_handoff``) at most once per run, across
+        copies of the state; True when it ran here. A holder that died mid-action leaves it unknown:
+        it is not run again (at most once)."""
+        claim = await self.ledger.claim(self.run_id, key, tool=name)
+        if claim.status != "claimed":
+            return False
+        try:
+            await action()
+        except BaseException:
+            self.ledger.abandon(claim)
+            raise
+        await self.ledger.record(claim, ToolResult(call_id=key, name=name, content="done"))
+        return True
+
+    async def shared(self, key: str, name: str, make: Callable[[], Awaitable[str]]) -> str:
+        """The text another copy of the state recorded under `key`, or `make()`'s, recorded for the others
+        (results that must agree across copies, e.g. a call's tool-guardrail verdicts)."""
+        found = await self.ledger.lookup(self.run_id, key)
+        if found is not None:
+            return found.content
+        text = await make()
+        claim = await self.ledger.claim(self.run_id, key, tool=name, retry=True)
+        if claim.status == "recorded":
+            assert claim.result is not None
+            return claim.result.content  # another copy recorded first: its verdicts stand
+        if claim.status == "claimed":
+            return (await self.ledger.record(claim, ToolResult(call_id=key, name=name, content=text))).content
+        return text
 
     def take_uncertain(self) -> list[Interruption]:
         found, self.uncertain = self.uncertain, []

@@ -444,6 +444,28 @@ async def screen_call(loop: RunLoop, guards: Sequence[ToolInputGuardrail[Any]], 
     A replacement feeds the next guardrail; a reject, approval or stop ends the screening. `stop`
     raises once recorded.
     """
+    gate = loop.gate
+    if gate is None:
+        await _screen(loop, guards, call)
+        return
+    # copies of one state act on the same verdicts, judged (and billed) once: parley._run_ledger
+    start = len(loop.state.guardrails)
+
+    async def judged() -> str:
+        await _screen(loop, guards, call, raise_stop=False)
+        return json.dumps([e.model_dump(mode="json") for e in loop.state.guardrails[start:]])
+
+    text = await gate.shared(f"guardrails:tool_input:{call.id}", call.name, judged)
+    entries = [GuardrailRecord.model_validate(e) for e in json.loads(text)]
+    loop.state.guardrails[start:] = entries
+    for entry in entries:
+        if entry.verdict == "stop":
+            raise stopped("tool_input", entry, loop)
+
+
+async def _screen(
+    loop: RunLoop, guards: Sequence[ToolInputGuardrail[Any]], call: ToolCall, *, raise_stop: bool = True
+) -> None:
     assert loop.controls is not None
     ctx = loop.controls.ctx
     current = call
@@ -453,7 +475,9 @@ async def screen_call(loop: RunLoop, guards: Sequence[ToolInputGuardrail[Any]], 
         decision = await decide(guard, ctx, current, after=False)
         entry = tool_record(loop, "tool_input", guard, call, decision)
         if decision.action == "stop":
-            raise stopped("tool_input", entry, loop)
+            if raise_stop:
+                raise stopped("tool_input", entry, loop)
+            return
         if decision.action in ("reject", "approval"):
             return
         if entry.arguments is not None:

@@ -261,3 +261,63 @@ def test_the_sqlalchemy_ledger_claims_and_records_once(tmp_path: Path) -> None:
     assert sent(log) == ["main mail_1"]
     entry = ledger._get(state.trace_id, "mail_1")
     assert entry is not None and entry.result is not None and entry.host == HOST and entry.pid == os.getpid()
+
+
+# -- beside tool calls: handoffs and guardrail verdicts ---------------------------------------------------
+
+
+async def test_on_handoff_runs_once_whichever_copy_hands_off(tmp_path: Path) -> None:
+    from parley import Agent, handoff
+    from parley.backends import ScriptedBackend, ScriptedTurn
+    from parley.backends.scripted import call
+
+    log, handed = tmp_path / "sent.log", []
+
+    def agents(*script: Any) -> Agent[str]:
+        billing = Agent(ScriptedBackend(["Refunded."]), name="billing")
+        mailer = mail_agent(log)
+        return Agent(
+            ScriptedBackend(list(script)),
+            name="triage",
+            tools=mailer.tools,
+            handoffs=[handoff(billing, on_handoff=lambda ctx: handed.append(ctx.run_id))],
+        )
+
+    both = [call("send_email", {"to": "ada@example.com"}, id="mail_1"), call("transfer_to_billing", {}, id="t_1")]
+    paused = await agents(ScriptedTurn(tool_calls=both)).run("Refund me, and tell Ada")
+    assert paused.paused and paused.state.handoff_to == "billing"
+    paused.state.approve("mail_1")
+    saved = paused.state.to_json()
+    for _ in range(2):
+        done = await agents().run(state=RunState.from_json(saved))
+        assert done.output == "Refunded."
+    assert handed == [paused.state.trace_id] and sent(log) == ["main mail_1"]
+
+
+async def test_a_calls_tool_guardrail_verdicts_are_judged_once_for_every_copy(tmp_path: Path) -> None:
+    from parley import Agent, ToolDecision, tool_input_guardrail
+    from parley.backends import ScriptedBackend, ScriptedTurn
+    from parley.backends.scripted import call
+
+    judged: list[str] = []
+
+    @tool_input_guardrail
+    def check_address(ctx: Any, pending: Any) -> ToolDecision:
+        judged.append(pending.id)
+        return ToolDecision.require_approval("an outside address: a person checks it")
+
+    log = tmp_path / "sent.log"
+    mailer = mail_agent(log)
+
+    def agent(*script: Any) -> Agent[str]:
+        return Agent(ScriptedBackend(list(script)), name="mailer", tools=mailer.tools, guardrails=[check_address])
+
+    saved: list[str] = []  # the checkpoint taken before the batch was screened
+    turn = ScriptedTurn(tool_calls=[call("send_email", {"to": "ada@example.com"}, id="mail_1")])
+    first = await agent(turn).run("Tell Ada", checkpoint=lambda s: saved.append(s.to_json()) if s.batch else None)
+    assert first.paused and judged == ["mail_1"]
+    unscreened = RunState.from_json(saved[0])
+    assert not unscreened.guardrails and not unscreened.pending
+    again = await agent().run(state=unscreened)  # screened again? no: the recorded verdicts stand
+    assert again.paused and again.interruptions[0].reason == "an outside address: a person checks it"
+    assert judged == ["mail_1"] and [g.verdict for g in again.state.guardrails] == ["approval"]
