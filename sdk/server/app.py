@@ -1,7 +1,8 @@
 """`create_app(engine)`: the Starlette application behind `parley serve`.
 
-Routes: `POST /v1/chat/completions`, `GET /v1/models`, `POST /v1/responses` with `GET`/`DELETE
-/v1/responses/{id}` (OpenAI), `POST /v1/messages` and
+Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`, `POST /v1/responses`
+with `GET`/`DELETE /v1/responses/{id}` (OpenAI), `POST /tokenize` and `/detokenize` (vLLM's),
+`POST /v1/messages` and
 `POST /v1/messages/count_tokens` (Anthropic),
 `GET /health`, `GET /metrics` (Prometheus text). Unknown paths and wrong methods answer in
 OpenAI's error shape (or Anthropic's under `/v1/messages`), never Starlette's plain text.
@@ -21,6 +22,7 @@ from starlette.routing import Route
 from parley.backends.local.codec import PromptCodec, codec_for
 from parley.backends.local.engine_port import EnginePort
 from parley.server.anthropic_routes import count_tokens, messages
+from parley.server.completions_routes import completions, detokenize, tokenize
 from parley.server.config import ServerConfig
 from parley.server.context import ServerState, error_response, state_of
 from parley.server.errors import ApiError, Dialect, ErrorKind
@@ -91,6 +93,9 @@ def create_app(
     )
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/responses", create_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", get_response, methods=["GET"]),

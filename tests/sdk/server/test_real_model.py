@@ -296,3 +296,15 @@ def test_agents_sdk_typed_output_through_responses(server: BackgroundServer) -> 
     )
     result = asyncio.run(agents.Runner.run(agent, "A person, please."))
     assert isinstance(result.final_output, Person) and result.final_output.name
+
+
+def test_completions_with_logprobs_on_a_raw_prompt(oa: openai.OpenAI) -> None:
+    reply = oa.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=6, temperature=0,
+                                  logprobs=2, n=2)
+    first, second = reply.choices
+    assert first.text and first.text == second.text  # greedy: both draws agree
+    logprobs = first.logprobs
+    assert logprobs is not None and logprobs.tokens is not None and logprobs.token_logprobs is not None
+    assert "".join(logprobs.tokens) == first.text and len(logprobs.token_logprobs) == 6
+    assert all(len(top) == 2 and max(top.values()) >= lp - 1e-4
+               for top, lp in zip(logprobs.top_logprobs or [], logprobs.token_logprobs, strict=True))
