@@ -3,11 +3,12 @@
 Split from engine.py at the thread boundary, as vLLM splits `EngineCore` from its front end: `Engine` is
 the code callers' threads run (validation, admission, submission, waiting), `EngineCore` is the only code
 the engine thread runs. They meet at three points, and nowhere else: a thread-safe command queue
-(`add`, `abort`, `stop`); per-request sinks the core feeds with deltas, outputs and errors (an asyncio
-queue fed with `call_soon_threadsafe`, or a plain queue for the blocking API), so the asyncio side never
-blocks and never touches engine state; and `Admission`, the one piece of state both threads change,
-under its lock. A step: drop requests past their deadline, schedule, run the model, sample, append
-tokens, finish what finished (returning its blocks), emit deltas.
+(`add`, `abort`, `stop`); per-request sinks the core feeds with deltas, outputs and errors (a stream's
+`delivery.LoopSink`, whose items of one step reach its event loop in one wakeup through the `Outbox`,
+or a plain queue for the blocking API), so the asyncio side never blocks and never touches engine
+state; and `Admission`, the one piece of state both threads change, under its lock. A step: drop
+requests past their deadline, schedule, run the model, sample, append tokens, finish what finished
+(returning its blocks), emit deltas; then the step's stream items leave together.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 
 from parley.local_engine.block_manager import BlockManager
+from parley.local_engine.delivery import LoopSink, Outbox
 from parley.local_engine.errors import EngineError, RequestAborted
 from parley.local_engine.outputs import GenerationOutput, StreamDelta, TokenLogprob
 from parley.local_engine.runner import CausalLM, ModelRunner
@@ -102,6 +104,7 @@ class EngineCore:
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._by_id: dict[str, Sequence] = {}  # engine-thread view of live requests
         self._sinks: dict[str, Sink] = {}
+        self.outbox = Outbox()  # stream items of the current step, flushed once it ends
         self.steps = 0
         self.tokens_generated = 0
         self.failed_steps = 0
@@ -140,11 +143,23 @@ class EngineCore:
         sink = self._sinks.get(seq.request_id)
         if sink is None:
             return
+        if isinstance(sink, LoopSink):
+            self.outbox.put(sink, item, seq)
+            return
         try:
             sink(item)
         except RuntimeError:  # the consumer's event loop is gone: nobody is listening
             if not seq.is_finished:
                 self._finish(seq, "abort", notify=False)
+
+    def _flush(self) -> None:
+        """Send the items queued since the last flush: one wakeup per event loop."""
+        if self.outbox:
+            self.outbox.flush(self._consumer_gone)
+
+    def _consumer_gone(self, seq: Sequence) -> None:
+        if not seq.is_finished:
+            self._finish(seq, "abort", notify=False)
 
     def _finish(self, seq: Sequence, reason: str, *, notify: bool = True, error: BaseException | None = None) -> None:
         """End `seq` and tell its consumer. Also for one the scheduler ended itself (its `finish` is then a no-op)."""
@@ -230,6 +245,10 @@ class EngineCore:
         failure = EngineError(f"the engine failed and accepts no more requests: {type(exc).__name__}: {exc}")
         failure.__cause__ = exc
         self.failure = failure
+        try:
+            self._flush()  # what was produced before the failure arrives before it
+        except Exception:  # noqa: BLE001, S110 - the failure notices below matter more
+            pass
         sinks = list(self._sinks.values())
         self._sinks.clear()
         self._by_id.clear()
@@ -257,11 +276,15 @@ class EngineCore:
             if omp is not None:
                 omp(1)
         while True:
-            if not self._drain_commands(block=not self.scheduler.has_work()):
+            running = self._drain_commands(block=not self.scheduler.has_work())
+            self._flush()  # aborts answered before the next step (or before blocking)
+            if not running:
                 break
             self._step()
+            self._flush()
         for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
             self._finish(seq, "abort", error=RequestAborted("the engine was closed"))
+        self._flush()
 
     def _drop_expired(self) -> None:
         now = time.monotonic()

@@ -27,6 +27,7 @@ from parley.local_engine.auto_mode import choose_quantization, choose_speculatio
 from parley.local_engine.block_manager import BlockManager, release_window
 from parley.local_engine.config import AUTO, EngineConfig, SamplingParams, normalize_quantization
 from parley.local_engine.core import Admission, EngineCore, Sink
+from parley.local_engine.delivery import LoopSink
 from parley.local_engine.errors import (
     AdmissionError,
     EngineConfigError,
@@ -408,18 +409,13 @@ class Engine:
         Raises `RequestAborted` if the request is dropped past its deadline, `AdmissionError` or
         `InvalidRequestError` at submission.
         """
-        loop = asyncio.get_running_loop()
-        q: asyncio.Queue[Any] = asyncio.Queue()
-
-        def sink(item: Any) -> None:
-            loop.call_soon_threadsafe(q.put_nowait, item)
-
+        sink = LoopSink(asyncio.get_running_loop())
         seq = self._submit(prompt_ids, params or SamplingParams(), sink, hooks=hooks, tenant=tenant,
                            request_id=request_id, deadline_s=deadline_s)
         done = False
         try:
             while True:
-                item = await self._next_item(q)
+                item = await self._next_item(sink)
                 if isinstance(item, BaseException):
                     done = True
                     raise item
@@ -464,18 +460,15 @@ class Engine:
                     except queue.Empty:
                         raise self._dead_error() from None
 
-    async def _next_item(self, q: asyncio.Queue[Any]) -> Any:
+    async def _next_item(self, sink: LoopSink) -> Any:
         """Next item for a stream; raises instead of awaiting forever on a dead step loop."""
-        while True:
-            if not q.empty():
-                return q.get_nowait()
-            try:
-                return await asyncio.wait_for(q.get(), timeout=_POLL_S)
-            except asyncio.TimeoutError:
-                if not self._core.alive:
-                    await asyncio.sleep(0)  # let a delivery scheduled just before the loop died land
-                    if q.empty():
-                        raise self._dead_error() from None
+        while not sink.items:
+            await sink.wait(_POLL_S)
+            if not sink.items and not self._core.alive:
+                await asyncio.sleep(0)  # let a delivery scheduled just before the loop died land
+                if not sink.items:
+                    raise self._dead_error() from None
+        return sink.items.popleft()
 
     # ------------------------------------------------------------------ figures and lifetime
     @property
