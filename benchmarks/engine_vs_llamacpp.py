@@ -1,33 +1,36 @@
-"""parley's local engine vs llama.cpp on the same GGUF file, same machine, same run, same prompt token ids.
+"""parley's local engine vs llama.cpp on the same GGUF file, same machine, same run, same prompt lengths.
 
 The file is the embedded SmolLM2-135M-Instruct Q4_1 (parley runs it dequantised to fp32, in its own int8 mode,
 or in q4 mode: the file's Q4_1 blocks loaded as they are and run by parley's group-32 kernel, quant4.py;
-llama.cpp runs the Q4_1 blocks directly). Greedy, equal output lengths, `--threads` (2) on both sides.
-llama.cpp is driven through `llama-cpp-python`, a benchmark-only dependency that builds from source:
+llama.cpp runs the Q4_1 blocks directly). `--threads` (2) on both sides.
 
-    .venv/bin/pip install llama-cpp-python        # cmake + a C++ compiler, ~10 minutes on 2 cores
+llama.cpp is measured by its own `llama-bench` (`-m FILE -t T -p 512 -n 64 -o json`), the figure llama.cpp
+users quote, built from the llama.cpp sources the llama-cpp-python sdist on PyPI carries:
 
-Without it the script still measures parley's side and prints null for llama.cpp's figures.
+    pip download --no-binary :all: --no-deps llama-cpp-python==0.3.36 && tar xzf llama_cpp_python-0.3.36.tar.gz
+    cmake -S llama_cpp_python-0.3.36/vendor/llama.cpp -B ~/.cache/parley-peers/llama-build -G Ninja \\
+        -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON
+    cmake --build ~/.cache/parley-peers/llama-build --target llama-server llama-bench [llama-quantize]
 
-The same build also runs the `llamacpp`-marked integration test of `OpenAIBackend` against llama.cpp's
-OpenAI-compatible server (`python -m llama_cpp.server`, on 127.0.0.1, with this GGUF file). That needs the
-package's server extra on top; its dependencies are pure Python (fastapi, pydantic-settings,
-starlette-context, sse-starlette, uvicorn), so adding them does not rebuild llama.cpp:
-
-    .venv/bin/pip install 'llama-cpp-python[server]' -c constraints.txt   # keeps the pinned starlette etc.
-    .venv/bin/python -m pytest -q -m llamacpp tests/sdk/backends/test_llamacpp_server.py
-
-Without the extra that test skips, naming `llama-cpp-python[server]`.
+(`--llama-bin DIR` or `$LLAMA_CPP_BIN` points elsewhere). An earlier version drove llama.cpp through
+llama-cpp-python's Python generate loop, which on this machine decoded at 39.9 tok/s where llama-bench gave 85
+on the same file minutes apart: that overstated parley by about 2x. Without llama-bench the script still
+measures parley's side and prints null for llama.cpp's figures.
 
 Workloads (each the median of `--runs`, the two sides interleaved run by run so load changes hit both):
-  decode   single stream, 64 tokens, tok/s after the first token; parley's best mode for the file
-  decode_q8  the same on a Q8_0 file llama.cpp makes from the same model (llama_model_quantize; parley: the
-           faster of int8 and q8-head, q8 loading the file's Q8_0 blocks)
-  prefill  512-token prompt, cold, seconds to the first token; ratio = llama.cpp time / ours
-  agg16    16 concurrent requests x 48 tokens: parley's continuous batching vs llama.cpp one after another
-           (llama-cpp-python serves one sequence at a time; its server has no parallel slots)
-  ppl      perplexity of benchmarks/data/perplexity.txt, fp32 vs every quantised mode (and llama.cpp's own),
-           plus q4 with a 4-bit LM head (perplexity_q4_head4: why the head stays at higher precision)
+  decode   single stream, 64 tokens, tok/s after the first token; parley's best mode for the file; llama-bench
+           tg64 (`-p 0 -n 64`: 64 single-token evaluations after an empty prompt, sampling not timed)
+  decode_q8  the same on a Q8_0 file llama.cpp's `llama-quantize` makes from the same model (parley: the
+           faster of int8 and q8-head, q8 loading the file's Q8_0 blocks); null without llama-quantize
+  prefill  512-token prompt, cold: parley's seconds to the first token, llama-bench pp512 as 512 / (its tok/s);
+           ratio = llama.cpp time / ours
+  agg16    16 concurrent requests x 48 tokens, parley's continuous batching only: llama.cpp's concurrent figure
+           is its server's, with parallel slots, and benchmarks/serve_vs_peers.py measures it (llama-server
+           -np 16 -cb over HTTP, beside parley serve); llama-bench has no concurrent-request workload
+  ppl      perplexity of benchmarks/data/perplexity.txt, fp32 vs every quantised mode, plus q4 with a 4-bit LM
+           head (perplexity_q4_head4: why the head stays at higher precision); llama.cpp's own is null here
+           (llama-bench computes none; llama-perplexity scores only the second half of each context window,
+           another figure)
   spec     speculative decoding (prompt lookup) speed-up on a JSON echo and on prose, acceptance rates
   compile  seconds to compile the decode step (EngineConfig(compile=True)) and its decode rate vs eager, on the
            fastest mode the compiled step covers (fp32/int8: q4 and q8 run parley's own kernel, eager)
@@ -35,16 +38,16 @@ Also decode at 1 thread on both sides: on a busy 2-core machine a 2-thread team 
 at every barrier, which hurts llama.cpp's spin-waiting pool far more than parley's per-op thread toggling.
 
 Prints a table, then one JSON object as the last line. Usage:
-  python benchmarks/engine_vs_llamacpp.py [--runs 3] [--threads 2] [--quick] [--no-q8]
+  python benchmarks/engine_vs_llamacpp.py [--runs 3] [--threads 2] [--quick] [--no-q8] [--llama-bin DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,7 +67,10 @@ from parley.local_engine.bench import (
 )
 from parley.local_engine.evaluate import perplexity
 
-INSTALL = ".venv/bin/pip install llama-cpp-python  (builds from source with cmake, ~10 min on 2 cores)"
+LLAMA_BIN = Path(os.environ.get("LLAMA_CPP_BIN", Path.home() / ".cache" / "parley-peers" / "llama-build" / "bin"))
+BUILD = ("cmake -S <llama-cpp-python sdist>/vendor/llama.cpp -B ~/.cache/parley-peers/llama-build -G Ninja "
+         "-DGGML_NATIVE=ON && cmake --build ~/.cache/parley-peers/llama-build --target llama-server llama-bench "
+         "(see this file's docstring; about 10-20 minutes on 2 cores)")
 TEXT = Path(__file__).parent / "data" / "perplexity.txt"
 
 
@@ -77,6 +83,7 @@ def parse() -> argparse.Namespace:
                     help="parley modes to measure (local_engine/bench.py MODES; the best decode is compared)")
     ap.add_argument("--no-q8", action="store_true", help="skip the Q8_0 file")
     ap.add_argument("--no-compile", action="store_true", help="skip the compiled decode step (minutes to compile)")
+    ap.add_argument("--llama-bin", type=Path, default=LLAMA_BIN, help="folder of llama-bench (and llama-quantize)")
     ap.add_argument("--quick", action="store_true", help="1 run, short workloads (a smoke test of the script)")
     return ap.parse_args()
 
@@ -100,61 +107,51 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-class LlamaSide:
-    """llama.cpp through llama-cpp-python's `Llama`, fed token ids, greedy by argmax over its last logits."""
+class LlamaBench:
+    """llama.cpp's own benchmark binaries: `llama-bench` (tg/pp figures) and, when built, `llama-quantize`."""
 
-    def __init__(self, path: Path, threads: int, *, n_ctx: int = 2048, logits_all: bool = False) -> None:
-        import numpy as np
-        from llama_cpp import Llama
+    def __init__(self, bin_dir: Path) -> None:
+        self.bench = bin_dir / "llama-bench"
+        self.quantize = bin_dir / "llama-quantize"
+        self.build: str | None = None
 
-        self.np = np
-        self.llm = Llama(model_path=str(path), n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx, n_batch=512,
-                         n_ubatch=512, logits_all=logits_all, verbose=False)
-        self.n_vocab = self.llm.n_vocab()
+    def available(self) -> bool:
+        return self.bench.is_file() and os.access(self.bench, os.X_OK)
 
-    def _argmax(self) -> int:
-        logits = self.np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.n_vocab,))
-        return int(logits.argmax())
+    def run(self, path: Path, threads: int, *, prompt: int = 0, gen: int = 0, reps: int = 1) -> float:
+        """tok/s of one llama-bench test: `-p prompt -n gen` (one of them 0), averaged over `reps`."""
+        argv = [str(self.bench), "-m", str(path), "-t", str(threads), "-p", str(prompt), "-n", str(gen),
+                "-r", str(reps), "-o", "json"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} exited with {out.returncode}: {out.stderr.strip()[-300:]}")
+        row = json.loads(out.stdout)[0]
+        self.build = f"{row.get('build_commit')} ({row.get('build_number')})"
+        return float(row["avg_ts"])
 
-    def generate(self, prompt: list[int], n: int) -> tuple[list[int], float, float]:
-        """(tokens, seconds to the first token, seconds from the first to the last token)."""
-        llm = self.llm
-        llm.reset()
-        t0 = time.perf_counter()
-        llm.eval(prompt)
-        out = [self._argmax()]
-        t1 = time.perf_counter()
-        for _ in range(n - 1):
-            llm.eval([out[-1]])
-            out.append(self._argmax())
-        return out, t1 - t0, time.perf_counter() - t1
+    def tg(self, path: Path, threads: int, n: int) -> float:
+        return self.run(path, threads, gen=n)
 
-    def perplexity(self, ids: list[int]) -> float:
-        llm = self.llm
-        llm.reset()
-        llm.eval(ids)
-        scores = torch.from_numpy(self.np.array(llm.scores[: len(ids)], dtype=self.np.float32))
-        lp = torch.log_softmax(scores[:-1], -1).gather(1, torch.tensor(ids[1:])[:, None])
-        return math.exp(-float(lp.double().mean()))
+    def pp(self, path: Path, threads: int, n: int) -> float:
+        return self.run(path, threads, prompt=n)
 
 
-def q8_file(source: Path) -> Path | str:
-    """A Q8_0 GGUF of the same model, made once by llama.cpp's quantizer (cached); or why it could not be."""
-    import llama_cpp
-
+def q8_file(source: Path, tool: LlamaBench) -> Path | str:
+    """A Q8_0 GGUF of the same model, made once by llama.cpp's `llama-quantize` (cached); or why it could not be."""
     folder = loader.cache_root() / "bench"
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / (loader.gguf_model_name(source) + ".Q8_0.gguf")
     if target.is_file():
         return target
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0
-    params.allow_requantize = True  # the source blocks are Q4_1 (the only copy of the model here)
+    if not tool.quantize.is_file():
+        return f"{tool.quantize} not found (cmake --build ... --target llama-quantize)"
     tmp = Path(tempfile.mkstemp(dir=folder, suffix=".gguf")[1])
-    rc = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
-    if rc != 0:
+    # the source blocks are Q4_1 (the only copy of the model here): requantising must be allowed
+    out = subprocess.run([str(tool.quantize), "--allow-requantize", str(source), str(tmp), "Q8_0"],
+                         capture_output=True, text=True, timeout=900, check=False)
+    if out.returncode != 0:
         tmp.unlink(missing_ok=True)
-        return f"llama_model_quantize returned {rc}"
+        return f"llama-quantize exited with {out.returncode}: {out.stderr.strip()[-200:]}"
     os.replace(tmp, target)
     return target
 
@@ -169,14 +166,10 @@ class Bench:
                                   "load_avg_start": load_average()}
         self.notes: dict[str, str] = {}
         self.rows: list[tuple[str, str, str, str]] = []
-        try:
-            import llama_cpp
-
-            self.r["llamacpp_version"] = getattr(llama_cpp, "__version__", "?")
-            self.have_llama = True
-        except ImportError:
-            self.have_llama = False
-            self.notes["llamacpp"] = f"llama-cpp-python is not installed; install it with: {INSTALL}"
+        self.llama = LlamaBench(args.llama_bin)
+        self.have_llama = self.llama.available()
+        if not self.have_llama:
+            self.notes["llamacpp"] = f"{self.llama.bench} not found; build it with: {BUILD}"
             print(f"llama.cpp side skipped: {self.notes['llamacpp']}", file=sys.stderr)
         self.tenant = 0
 
@@ -208,24 +201,20 @@ class Bench:
         doc = document_ids(tok, 64 if a.quick else 512)
         batch_n = 8 if a.quick else 48
         prompts = [chat_ids(tok, " ".join((QUESTIONS * 4)[i : i + 1 + i % 6])) for i in range(16)]
-        llama = LlamaSide(self.path, self.threads) if self.have_llama else None
+        llama = self.llama if self.have_llama else None
         try:
             for e in engines.values():  # warm-up
                 e.generate([prompt], SamplingParams(max_tokens=4), tenant=self._tenant())
-            if llama is not None:
-                llama.generate(prompt, 4)
             # decode, interleaved
             ours: dict[str, list[float]] = {m: [] for m in modes}
             toks: dict[str, list[int]] = {}
             theirs: list[float] = []
-            their_toks: list[int] = []
             for _ in range(runs):
                 for m, e in engines.items():
                     rate, toks[m] = self.ours_decode(e, prompt, n)
                     ours[m].append(rate)
                 if llama is not None:
-                    their_toks, _, t = llama.generate(prompt, n)
-                    theirs.append((n - 1) / t)
+                    theirs.append(llama.tg(self.path, self.threads, n))
             for m in modes:
                 r[f"decode_tok_s_{m}"] = round(median(ours[m]), 2)
             best = max(modes, key=lambda m: median(ours[m]))
@@ -233,10 +222,6 @@ class Bench:
             r["decode_tok_s"] = round(median(ours[best]), 2)
             r["llamacpp_decode_tok_s"] = round(median(theirs), 2) if theirs else None
             r["decode_ratio"] = round(median(ours[best]) / median(theirs), 3) if theirs else None
-            if their_toks:
-                same = next((i for i, (x, y) in enumerate(zip(toks["fp32"] if "fp32" in toks else toks[best],
-                                                              their_toks, strict=False)) if x != y), None)
-                r["decode_first_token_difference_vs_llamacpp"] = same
             self.rows.append((f"decode 1x{n} tok/s ({best})", f"{r['decode_tok_s']}",
                               f"{r['llamacpp_decode_tok_s']}", f"{r['decode_ratio']}x"))
             # prefill 512, interleaved
@@ -245,33 +230,25 @@ class Bench:
             for _ in range(runs):
                 pre_ours.append(self.ours_prefill(engines[best], doc))
                 if llama is not None:
-                    pre_theirs.append(llama.generate(doc, 1)[1])
+                    pre_theirs.append(len(doc) / llama.pp(self.path, self.threads, len(doc)))
             r["prefill_512_s"] = round(median(pre_ours), 4)
             r["llamacpp_prefill_512_s"] = round(median(pre_theirs), 4) if pre_theirs else None
             r["prefill_ratio"] = round(median(pre_theirs) / median(pre_ours), 3) if pre_theirs else None
+            r["llamacpp_pp_tok_s"] = round(len(doc) / median(pre_theirs), 2) if pre_theirs else None
             self.rows.append((f"prefill {len(doc)} s ({best})", f"{r['prefill_512_s']}",
                               f"{r['llamacpp_prefill_512_s']}", f"{r['prefill_ratio']}x"))
-            # 16 concurrent: ours batched, theirs one after another
-            agg_ours, agg_theirs = [], []
-            for _ in range(runs):
-                agg_ours.append(self.ours_agg(engines[best], prompts, batch_n))
-                if llama is not None:
-                    t0 = time.perf_counter()
-                    for p in prompts:
-                        llama.generate(p, batch_n)
-                    agg_theirs.append(16 * batch_n / (time.perf_counter() - t0))
+            # 16 concurrent: parley's side only (llama-server's parallel slots: benchmarks/serve_vs_peers.py)
+            agg_ours = [self.ours_agg(engines[best], prompts, batch_n) for _ in range(runs)]
             r["agg16_tok_s"] = round(median(agg_ours), 2)
-            r["llamacpp_agg16_tok_s"] = round(median(agg_theirs), 2) if agg_theirs else None
-            r["agg16_ratio"] = round(median(agg_ours) / median(agg_theirs), 3) if agg_theirs else None
-            self.notes["agg16"] = "llama.cpp: the 16 requests one after another (no parallel slots in llama-cpp-python)"
-            self.rows.append((f"16x{batch_n} agg tok/s ({best})", f"{r['agg16_tok_s']}",
-                              f"{r['llamacpp_agg16_tok_s']}", f"{r['agg16_ratio']}x"))
+            self.notes["agg16"] = ("parley only: llama.cpp's concurrent figure is llama-server's with parallel slots, "
+                                   "measured over HTTP by benchmarks/serve_vs_peers.py")
+            self.rows.append((f"16x{batch_n} agg tok/s ({best})", f"{r['agg16_tok_s']}", "serve_vs_peers", "-"))
             # 1 thread on both sides (a busy machine's view)
             self.one_thread(engines, best, prompt, n, llama)
         finally:
             for e in engines.values():
                 e.close()
-            del llama
+        r["llamacpp_build"] = self.llama.build
         self.quality(best, modes)
         self.speculation(best, runs)
         self.compiled(best, runs, n)
@@ -285,14 +262,13 @@ class Bench:
         r = self.r
         del engines  # each engine's thread count is fixed at construction: open 1-thread ones
         e1 = open_engine(None, best, threads=1)
-        l1 = LlamaSide(self.path, 1) if llama is not None else None
         try:
             e1.generate([prompt], SamplingParams(max_tokens=4))
             ours, theirs = [], []
             for _ in range(self.args.runs):
                 ours.append(self.ours_decode(e1, prompt, n)[0])
-                if l1 is not None:
-                    theirs.append((n - 1) / l1.generate(prompt, n)[2])
+                if llama is not None:
+                    theirs.append(llama.tg(self.path, 1, n))
             r["decode_tok_s_1thread"] = round(median(ours), 2)
             r["llamacpp_decode_tok_s_1thread"] = round(median(theirs), 2) if theirs else None
             r["decode_ratio_1thread"] = round(median(ours) / median(theirs), 3) if theirs else None
@@ -327,10 +303,7 @@ class Bench:
         r["perplexity_mode_change_pct"] = round(100 * (ppl[best] / ppl["fp32"] - 1), 2)
         for m, v in ppl.items():
             r[f"perplexity_{m}"] = v
-        if self.have_llama:
-            lq = LlamaSide(self.path, self.threads, n_ctx=len(ids) + 16, logits_all=True)
-            r["llamacpp_perplexity"] = round(lq.perplexity(ids), 4)
-            del lq
+        r["llamacpp_perplexity"] = None  # llama-bench computes none (see the docstring)
         self.rows.append((f"perplexity ({len(ids)} tok) fp32/{best}", f"{ppl['fp32']}/{ppl[best]}",
                           f"{r.get('llamacpp_perplexity')}", f"{r['perplexity_mode_change_pct']:+}%"))
 
@@ -387,25 +360,23 @@ class Bench:
         if not self.have_llama:
             r["decode_ratio_q8"] = None
             return
-        made = q8_file(self.path)
+        made = q8_file(self.path, self.llama)
         if isinstance(made, str):
             r["decode_ratio_q8"] = None
             self.notes["decode_ratio_q8"] = made
             return
         q8_modes = ("int8", "q8-head")
         es = {m: open_engine(made, m, threads=self.threads) for m in q8_modes}
-        llama = LlamaSide(made, self.threads)
         try:
             prompt = chat_ids(es["int8"].tokenizer, QUESTIONS[0])
             for e in es.values():
                 e.generate([prompt], SamplingParams(max_tokens=4))
-            llama.generate(prompt, 4)
             ours: dict[str, list[float]] = {m: [] for m in q8_modes}
             theirs = []
             for _ in range(runs):
                 for m, e in es.items():
                     ours[m].append(self.ours_decode(e, prompt, n)[0])
-                theirs.append((n - 1) / llama.generate(prompt, n)[2])
+                theirs.append(self.llama.tg(made, self.threads, n))
             best = max(q8_modes, key=lambda m: median(ours[m]))
             for m in q8_modes:
                 r[f"decode_tok_s_q8_{m}"] = round(median(ours[m]), 2)
@@ -428,7 +399,7 @@ class Bench:
         for key, note in self.notes.items():
             print(f"note ({key}): {note}")
         for key in ("decode_ratio", "llamacpp_decode_tok_s", "llamacpp_prefill_512_s", "prefill_ratio",
-                    "llamacpp_agg16_tok_s", "agg16_ratio", "decode_ratio_q8"):
+                    "decode_ratio_q8"):
             r.setdefault(key, None)
         print(json.dumps(r))
 
