@@ -5,6 +5,8 @@
 together and runs users control: `Agent.as_tool`, `handoff` (`parley.handoffs`), guardrails
 (`parley.guardrails`), `RunHooks` (`parley.hooks`), `RunContext` (`parley.context`). Long
 conversations: history processors (`parley.history`) and `Compaction` (`parley.compaction`).
+Exactly once across resumes and processes: the execution ledger (`parley.ledger`); a state is
+bound to its agent (`parley.fingerprint`).
 """
 
 from parley._root import ParleyError
@@ -23,6 +25,8 @@ from parley.guardrails import (
 from parley.handoffs import Handoff, handoff
 from parley.history import HistoryContext
 from parley.hooks import RunHooks
+from parley.ledger import Ledger, MemoryLedger
+from parley.ledger_stores import SQLAlchemyLedger, SQLiteLedger
 from parley.protocol import Conversation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
 from parley.reasoning import Reasoning
 from parley.result import RunResult
@@ -40,6 +44,8 @@ __all__ = [
     "Handoff",
     "HistoryContext",
     "Interruption",
+    "Ledger",
+    "MemoryLedger",
     "MemorySession",
     "Message",
     "ParleyError",
@@ -50,7 +56,9 @@ __all__ = [
     "RunHooks",
     "RunResult",
     "RunState",
+    "SQLAlchemyLedger",
     "SQLAlchemySession",
+    "SQLiteLedger",
     "SQLiteSession",
     "Session",
     "Tool",

@@ -321,3 +321,30 @@ async def test_a_calls_tool_guardrail_verdicts_are_judged_once_for_every_copy(tm
     again = await agent().run(state=unscreened)  # screened again? no: the recorded verdicts stand
     assert again.paused and again.interruptions[0].reason == "an outside address: a person checks it"
     assert judged == ["mail_1"] and [g.verdict for g in again.state.guardrails] == ["approval"]
+
+
+def test_eight_threads_resuming_a_parent_whose_child_paused_send_once(tmp_path: Path) -> None:
+    from tests.sdk.teamwork_agents import mail_agents
+
+    counter = tmp_path / "sent.log"
+    paused = mail_agents(counter)[0].run_sync("Tell Ada the report is late")
+    (item,) = paused.interruptions
+    assert item.path is not None and len(item.path) == 2  # waiting inside the mailer agent
+    paused.state.approve(item.call_id)
+    saved = paused.state.to_json()
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    together = threading.Barrier(8)
+    outputs: list[Any] = []
+
+    def resume() -> None:
+        assistant = mail_agents(counter)[0]
+        together.wait(timeout=60)
+        outputs.append(assistant.run_sync(state=RunState.from_json(saved), ledger=ledger).output)
+
+    threads = [threading.Thread(target=resume) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sent(counter) == ["main mail_1"]  # the child's send, once
+    assert outputs == ["Done. Mailer: sent to ada@example.com"] * 8

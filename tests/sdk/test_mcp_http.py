@@ -84,3 +84,31 @@ async def test_nothing_listening_is_a_connection_error(tmp_path: Path) -> None:
     toolset = http_toolset(f"http://127.0.0.1:{free_port()}/mcp", connect_timeout_s=10)
     with pytest.raises(MCPConnectionError):
         await Agent(ScriptedBackend([ScriptedTurn(text="never")]), tools=[toolset]).run("go")
+
+
+def test_eight_resumes_of_one_approved_state_at_once_run_the_call_once(http_server) -> None:  # type: ignore[no-untyped-def]
+    """Eight threads (each its own event loop and connection) resume one saved state at the same moment:
+    the server executes the approved call once (the execution ledger, `parley.ledger`)."""
+    import threading
+
+    from parley import RunState
+
+    url, count, _ = http_server
+    paused = notes_agent(http_toolset(url, needs_approval={"delete_note"})).run_sync("tidy up")
+    paused.state.approve(paused.interruptions[0].call_id)
+    saved = paused.state.to_json()
+    together = threading.Barrier(8)
+    outputs: list[object] = []
+
+    def resume() -> None:
+        agent = notes_agent(http_toolset(url, needs_approval={"delete_note"}))
+        together.wait(timeout=60)
+        outputs.append(agent.run_sync(state=RunState.from_json(saved)).output)
+
+    threads = [threading.Thread(target=resume) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert counted(count) == ["add_note", "delete_note"]
+    assert outputs == ["done: notes_add_note=stored 'draft'; notes_delete_note=deleted 'draft'"] * 8
