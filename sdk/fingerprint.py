@@ -19,7 +19,8 @@ off to), and a resume compares it with the resuming agent's before anything runs
 States written before fingerprints (schema 1.0 and 1.1) are checked by names only: the saved
 `RunState.agent_name` must match the agent's name when both are set, and every open call's tool
 must exist; they get a fingerprint from the first resume on. Tools of toolsets (MCP servers) are
-part of the fingerprint as listed when the run started or resumed.
+recorded as listed when the run started or resumed, but a server may change its list between a
+pause and a resume: only the open calls are held to them (the tool still there, same schema).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class AgentFingerprint(BaseModel):
     """Hash of the output schema (None: plain text answers)."""
     children: dict[str, str] = Field(default_factory=dict)
     """Agent-tool or handoff tool name -> digest of that agent's own fingerprint."""
+    toolset_tools: dict[str, str] = Field(default_factory=dict)
+    """Tools of the agent's toolsets (MCP servers) as listed then, name -> schema hash. Their lists may
+    change between a pause and a resume (``tools/list_changed``), so only open calls are held to them."""
 
 
 def schema_hash(schema: Any) -> str:
@@ -70,7 +74,9 @@ def _fingerprint(agent: Agent[Any, Any], tools: Mapping[str, Any] | None, seen: 
     from parley.handoffs import HandoffTool
 
     seen = seen | {id(agent)}
-    table = tools if tools is not None else {t.name: t for t in agent.tools}
+    local = {t.name for t in agent.tools}
+    table = {n: t for n, t in tools.items() if n in local} if tools is not None else {t.name: t for t in agent.tools}
+    listed = {n: t for n, t in tools.items() if n not in local} if tools is not None else {}
     children: dict[str, str] = {}
     for name, tool in table.items():
         child = tool.agent if isinstance(tool, AgentTool) else None
@@ -84,6 +90,7 @@ def _fingerprint(agent: Agent[Any, Any], tools: Mapping[str, Any] | None, seen: 
         tools={name: schema_hash(getattr(tool, "parameters", None)) for name, tool in sorted(table.items())},
         output=None if schema is None else schema_hash(schema),
         children=children,
+        toolset_tools={name: schema_hash(getattr(tool, "parameters", None)) for name, tool in sorted(listed.items())},
     )
 
 
@@ -134,11 +141,11 @@ def check_resume(
                 "saved it, or pass allow_agent_change=True for a deliberate upgrade",
                 differences=found,
             )
-        if found:
-            if callable(allow):
-                migrated = allow(state, found)
-                state = migrated if migrated is not None else state
-            _check_open_calls(state, _tools_for_open_calls(state, tools, agent), state.fingerprint or saved)
+        if found and callable(allow):
+            migrated = allow(state, found)
+            state = migrated if migrated is not None else state
+        # (without differences this still holds the open calls of toolset tools to their schemas)
+        _check_open_calls(state, _tools_for_open_calls(state, tools, agent), state.fingerprint or saved)
     state.fingerprint = current
     if state.agent_name is None:
         state.agent_name = agent.name
@@ -178,10 +185,11 @@ def _check_open_calls(state: RunState, tools: Mapping[str, Any], saved: AgentFin
             found.append(f"open call {call.id!r} needs tool {call.name!r}, which is missing")
             continue
         item = pending.get(call.id)
-        expected = schema_hash(item.parameters) if item is not None and item.parameters else saved.tools.get(call.name)
+        known = saved.tools.get(call.name) or saved.toolset_tools.get(call.name)
+        expected = schema_hash(item.parameters) if item is not None and item.parameters else known
         if expected != schema_hash(getattr(tool, "parameters", None)):
             found.append(f"open call {call.id!r} needs tool {call.name!r} with the argument schema it was made for")
     if found:
         raise RunStateMismatchError(
-            f"allow_agent_change: the state cannot move to this agent: {'; '.join(found)}", differences=found
+            f"the state's open calls do not fit this agent's tools: {'; '.join(found)}", differences=found
         )

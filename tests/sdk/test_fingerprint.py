@@ -154,3 +154,38 @@ async def test_an_old_state_without_a_fingerprint_is_checked_by_names() -> None:
     state.approve("call_email")
     done = await Agent(ScriptedBackend(["Done."]), tools=[lookup, send_email]).run(state=state)
     assert done.output == "Done." and done.state.fingerprint is not None  # bound from now on
+
+
+async def test_a_toolsets_list_may_change_between_pause_and_resume_but_not_an_open_calls_tool() -> None:
+    from parley.tools import Toolset
+
+    class Listed(Toolset):  # stands in for an MCP server, whose list may change (tools/list_changed)
+        name = "listed"
+
+        def __init__(self, *tools: Any) -> None:
+            super().__init__()
+            self._tools = list(tools)
+
+        def tools(self) -> list[Any]:
+            return self._tools
+
+    def agent(toolset: Toolset, *script: Any) -> Agent[str]:
+        return Agent(ScriptedBackend(list(script) or ["Done."]), name="x", tools=[toolset])
+
+    ran.clear()
+    turn = ScriptedTurn(tool_calls=[call("delete_account", {"user": "ada"}, id="del_1")])
+    paused = await agent(Listed(delete_account), turn).run("Close Ada's account")
+    assert paused.state.fingerprint is not None and paused.state.fingerprint.toolset_tools.keys() == {"delete_account"}
+    paused.state.approve("del_1")
+    saved = paused.state.to_json()
+
+    @tool(name="delete_account", needs_approval=True)
+    def delete_account_v2(user: str, reason: str) -> str:
+        ran.append("v2")
+        return "deleted"
+
+    with pytest.raises(RunStateMismatchError, match="open call 'del_1' needs tool 'delete_account'"):
+        await agent(Listed(delete_account_v2)).run(state=RunState.from_json(saved))
+    assert ran == []
+    done = await agent(Listed(delete_account, lookup)).run(state=RunState.from_json(saved))  # the list grew
+    assert done.output == "Done." and ran == ["x.delete_account(ada)"]
