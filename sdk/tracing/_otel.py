@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -16,6 +16,7 @@ from parley._run_turn import EventSink, take_turn
 from parley.protocol import ToolCall, ToolResult, UsageEvent
 from parley.run_state import Approved, Provided, Rejected, RunState
 from parley.tracing import attributes as a
+from parley.tracing import messages as m
 
 if TYPE_CHECKING:
     from parley._run_loop import RunLoop
@@ -49,8 +50,32 @@ def _version() -> str:
         return "0"
 
 
-def _messages_json(messages: Any) -> str:
-    return json.dumps([m.model_dump(mode="json") for m in messages], ensure_ascii=False, separators=(",", ":"))
+_CONVERSATION: ContextVar[str | None] = ContextVar("parley_conversation_id", default=None)
+"""The ``gen_ai.conversation.id`` of the run in progress (its chat spans carry it too)."""
+
+
+def conversation_id(loop: RunLoop) -> str:
+    """The session's id when the run has a session (one conversation across its runs), else the
+    run's own id (`RunState.trace_id`: the same across the resumes of one run)."""
+    session = loop.session
+    session_id = getattr(session, "session_id", None) if session is not None else None
+    return session_id if isinstance(session_id, str) and session_id else loop.state.trace_id
+
+
+def _model_of(backend: Any) -> tuple[str, str]:
+    """(provider, model) a request to `backend` goes to: a `FallbackBackend` asks its first backend
+    first (the one that served is on the span when it answers: ``gen_ai.response.model``)."""
+    inner = getattr(backend, "backends", None)
+    if inner:
+        return _model_of(inner[0])
+    return a.provider_and_model(backend.name)
+
+
+def _served_model(backend: Any, model: str) -> str:
+    """The model that answered. Backends that report parley's backend id (``local:m``, a fallback's
+    ``openai:gpt-b``) rather than a server's model name are reported by their model part."""
+    names = {backend.name, *(b.name for b in getattr(backend, "backends", ()) or ())}
+    return a.provider_and_model(model)[1] if model in names else model
 
 
 def _fail(span: Any, exc: BaseException) -> None:
@@ -70,7 +95,7 @@ class RunTracer:
     # -- invoke_agent -----------------------------------------------------------------------------
     async def run(self, agent: Agent[Any], loop: RunLoop) -> RunResult[Any]:
         state = loop.state
-        provider, model = a.provider_and_model(agent.backend.name)
+        provider, model = _model_of(agent.backend)
         resumed = state.trace_context is not None or state.turn > 0
         parent = None
         links: list[Link] = []
@@ -83,13 +108,15 @@ class RunTracer:
             a.OPERATION: "invoke_agent",
             a.PROVIDER: provider,
             a.REQUEST_MODEL: model,
-            a.CONVERSATION_ID: state.trace_id,
+            a.CONVERSATION_ID: conversation_id(loop),
             a.RUN_RESUMED: resumed,
         }
         if agent.name:
             attributes[a.AGENT_NAME] = agent.name
+        if getattr(agent, "description", None):
+            attributes[a.AGENT_DESCRIPTION] = agent.description
         if self.capture_content and agent.system_prompt:
-            attributes[a.SYSTEM_INSTRUCTIONS] = agent.system_prompt
+            attributes[a.SYSTEM_INSTRUCTIONS] = m.system_instructions(agent.system_prompt)
         name = f"invoke_agent {agent.name}" if agent.name else "invoke_agent"
         span = self.tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes, links=links)
         if state.trace_context is None:
@@ -98,6 +125,7 @@ class RunTracer:
             state.trace_context = carrier
         before = state.usage
         token = otel_context.attach(trace.set_span_in_context(span))
+        conversation = _CONVERSATION.set(attributes[a.CONVERSATION_ID])
         status = "failed"
         try:
             result = await loop.run()
@@ -111,6 +139,7 @@ class RunTracer:
                 status = "cancelled"
             raise
         finally:
+            _CONVERSATION.reset(conversation)
             otel_context.detach(token)
             span.set_attribute(a.RUN_STATUS, status)
             span.set_attribute(a.RUN_TURNS, loop.state.turn)
@@ -123,15 +152,16 @@ class RunTracer:
     async def turn(
         self, backend: Backend, request: ModelRequest, emit: EventSink | None, state: RunState
     ) -> ModelResponse:
-        provider, model = a.provider_and_model(backend.name)
+        provider, model = _model_of(backend)
         attributes: dict[str, Any] = {
             a.OPERATION: "chat",
             a.PROVIDER: provider,
             a.REQUEST_MODEL: model,
-            a.CONVERSATION_ID: state.trace_id,
+            a.CONVERSATION_ID: _CONVERSATION.get() or state.trace_id,
             a.OUTPUT_TYPE: "json" if request.output_schema is not None else "text",
-            "gen_ai.request.stream": emit is not None,
         }
+        if emit is not None:  # "if and only if the request is streaming" (unset: not streaming)
+            attributes[a.REQUEST_STREAM] = True
         sampling = request.sampling
         for key in ("max_tokens", "temperature", "top_p", "top_k", "seed"):
             value = getattr(sampling, key, None)
@@ -143,7 +173,7 @@ class RunTracer:
             f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes, record_exception=True
         ) as span:
             if self.capture_content:
-                span.set_attribute(a.INPUT_MESSAGES, _messages_json(request.conversation.messages))
+                span.set_attribute(a.INPUT_MESSAGES, m.input_messages(request.conversation.messages))
             sink = emit
             if emit is not None:
                 started = time.perf_counter()
@@ -165,13 +195,13 @@ class RunTracer:
             span.set_attributes(a.usage_attributes(response.usage))
             span.set_attribute(a.FINISH_REASONS, [response.finish_reason])
             if response.model:
-                span.set_attribute(a.RESPONSE_MODEL, response.model)
+                span.set_attribute(a.RESPONSE_MODEL, _served_model(backend, response.model))
             local = [r for r in response.usage.raw if isinstance(r, Mapping) and r.get("backend") == "local"]
             if local:
                 span.set_attribute(a.LOCAL_PROMPT_TOKENS, sum(int(r.get("prompt_tokens", 0)) for r in local))
                 span.set_attribute(a.LOCAL_CACHED_TOKENS, sum(int(r.get("cached_tokens", 0)) for r in local))
             if self.capture_content:
-                span.set_attribute(a.OUTPUT_MESSAGES, _messages_json(response.messages))
+                span.set_attribute(a.OUTPUT_MESSAGES, m.output_messages(response.messages, response.finish_reason))
             return response
 
     # -- execute_tool -----------------------------------------------------------------------------

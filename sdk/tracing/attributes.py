@@ -1,14 +1,18 @@
 """The attribute names parley's spans use, and the usage arithmetic (no OpenTelemetry needed here).
 
-GenAI semantic conventions (``gen_ai.*``, as in opentelemetry-semantic-conventions 0.66b2 and the
-GenAI conventions repository they moved to):
+GenAI semantic conventions (``gen_ai.*``): the names as opentelemetry-semantic-conventions 0.66b2
+defines them (``opentelemetry.semconv._incubating.attributes.gen_ai_attributes``, where each is marked
+moved to the GenAI conventions repository), the rules as that repository states them
+(open-telemetry/semantic-conventions-genai, docs/gen-ai/gen-ai-spans.md at commit 002c8a6):
 
 ======================================  ===================================================
 ``gen_ai.operation.name``               ``invoke_agent`` / ``chat`` / ``execute_tool``
 ``gen_ai.provider.name``                ``anthropic``, ``openai``, ``parley.local``, ...
-``gen_ai.request.model``                the backend's model (``gen_ai.response.model``: as answered)
+``gen_ai.request.model``                the backend's model (a fallback's: its first backend's)
+``gen_ai.response.model``               the model that answered (the server's name where it reports
+                                        one; the model part of parley's backend id otherwise)
 ``gen_ai.request.*``                    ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``seed``,
-                                        ``stop_sequences``, ``stream``
+                                        ``stop_sequences``; ``stream`` = true only when streaming
 ``gen_ai.response.finish_reasons``      ``["stop"]``, ``["tool_calls"]``, ...
 ``gen_ai.response.time_to_first_chunk`` seconds to the first streamed chunk (streaming runs)
 ``gen_ai.usage.input_tokens``           the whole prompt: uncached + cache read + cache write
@@ -16,13 +20,16 @@ GenAI conventions repository they moved to):
 ``gen_ai.usage.cache_creation.input_tokens``   prompt tokens written to a cache
 ``gen_ai.usage.output_tokens``          output tokens (reasoning included)
 ``gen_ai.usage.reasoning.output_tokens``  of which reasoning
-``gen_ai.agent.name``                   the agent's name
-``gen_ai.conversation.id``              the run's id (`RunState.trace_id`, the same across resumes)
+``gen_ai.agent.name``                   the agent's name (``gen_ai.agent.description``: its description)
+``gen_ai.conversation.id``              the session's id when the run has one (the same for every run
+                                        of the session), else the run's (`RunState.trace_id`, the
+                                        same across resumes)
 ``gen_ai.output.type``                  ``text`` or ``json``
 ``gen_ai.tool.name`` / ``.call.id`` / ``.description`` / ``.type``  the tool call (type ``function``)
 ``gen_ai.tool.call.arguments`` / ``.result``   only with content capture
 ``gen_ai.input.messages`` / ``gen_ai.output.messages`` / ``gen_ai.system_instructions``  only with
-                                        content capture (JSON)
+                                        content capture: JSON in the conventions' message schema
+                                        (`parley.tracing.messages`)
 ``error.type``                          the exception class, or ``tool_error`` for an error result
 ======================================  ===================================================
 
@@ -42,6 +49,8 @@ RESPONSE_MODEL = "gen_ai.response.model"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
 TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 AGENT_NAME = "gen_ai.agent.name"
+AGENT_DESCRIPTION = "gen_ai.agent.description"
+REQUEST_STREAM = "gen_ai.request.stream"
 CONVERSATION_ID = "gen_ai.conversation.id"
 OUTPUT_TYPE = "gen_ai.output.type"
 INPUT_MESSAGES = "gen_ai.input.messages"
