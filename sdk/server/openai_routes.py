@@ -11,6 +11,7 @@ last chunk whose `choices` is empty and whose `usage` counts cached prompt token
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,6 +33,7 @@ from parley.protocol import (
 from parley.protocol import openai as openai_wire
 from parley.reasoning import Reasoning
 from parley.server import openai_schema as oa
+from parley.server.chat_choices import many_choices
 from parley.server.context import (
     arrival_of,
     deadline_from,
@@ -59,8 +61,6 @@ def to_conversation(request: oa.ChatCompletionRequest) -> Conversation:
 
 
 def to_wire_turn(request: oa.ChatCompletionRequest, salt: str, deadline_s: float | None) -> WireTurn:
-    if request.n is not None and request.n > 1:
-        raise invalid("n > 1 is not supported by this server; send n separate requests", "n", "unsupported_value")
     tools = [
         ToolSpec(
             name=t.function.name,
@@ -251,6 +251,11 @@ async def chat_completions(request: Request) -> Response:
     parsed = validate_as(oa.ChatCompletionRequest, body)
     state.check_model(parsed.model)
     wire = to_wire_turn(parsed, cache_salt(tenant, parsed.cache_salt), deadline_from(request, parsed.deadline_s))
+    if parsed.n is not None and parsed.n > 1:  # n independent draws (chat_choices)
+        include = bool(parsed.stream and parsed.stream_options and parsed.stream_options.include_usage)
+        return await many_choices(request, state, wire, parsed.n, model=parsed.model, created=int(time.time()),
+                                  completion_id="chatcmpl-" + uuid.uuid4().hex, stream=bool(parsed.stream),
+                                  include_usage=include)
     turn = ServerTurn(state, wire, arrival=arrival_of(request))
     completion_id = "chatcmpl-" + turn.request_id
     created = int(time.time())

@@ -169,7 +169,7 @@ class ChatCompletionRequest(_Strict, VllmSampling):
     top_k: int | None = Field(default=None, ge=0)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**64 - 1)
     stop: str | list[str] | None = None
-    n: int | None = Field(default=None, ge=1, le=128)
+    n: int | None = Field(default=None, ge=1, le=16)
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     logprobs: bool | None = None

@@ -112,7 +112,7 @@ OPENAI_CASES: list[tuple[str, dict[str, Any] | bytes, int, str | None]] = [
     ("stream as string", oa(stream="yes"), 400, "stream"),
     ("stream_options without stream", oa(stream_options={"include_usage": True}), 400, "stream_options"),
     ("five stop sequences", oa(stop=["a", "b", "c", "d", "e"]), 400, "stop"),
-    ("n greater than one", oa(n=2), 400, "n"),
+    ("n above 16", oa(n=17), 400, "n"),
     ("logprobs as string", oa(logprobs="true"), 400, "logprobs"),
     ("top_logprobs without logprobs", oa(top_logprobs=3), 400, "top_logprobs"),
     (
