@@ -21,7 +21,12 @@ backend with the parent's `deps` and tenant. What ties the two runs together:
   decisions taken on the parent state are routed to the child's. Resuming the parent — in any
   process — resumes the child exactly where it stopped; what already ran is never run again;
 * **durability** — with a `checkpoint`, the child's progress is checkpointed as part of the parent's
-  state, so a crash mid-child resumes the child from its last checkpoint.
+  state, so a crash mid-child resumes the child from its last checkpoint;
+* **exactly once across copies** — the parent's call is claimed in the execution ledger
+  (`parley.ledger`) like any call with side effects, and the child run uses the parent's ledger for
+  its own calls: copies of the parent state resumed twice, or at once, run the child's effects once
+  (a second copy uses the recorded answer). A paused child gives the claim back; a child left
+  mid-run by a crash is resumed from its kept state (its own calls are in the ledger too).
 
 A child that fails on its own (its `max_turns`, its own limits, an answer that never validates)
 gives the parent's model an error result naming the failure; a parent's limit, a guardrail or a
