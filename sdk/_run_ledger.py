@@ -119,6 +119,18 @@ class CallGate:
         if claim is not None:
             await self.ledger.release(claim)
 
+    async def settle_answered(self, answered: dict[str, ToolResult]) -> None:
+        """A person answered calls without running them (reject / provide_result): where such a call
+        was an ``uncertain`` one (its claim left without a record), record the answer on the claim, so
+        every other copy of the state gets the same answer instead of asking again."""
+        for call_id, result in answered.items():
+            entry = await self.ledger._io(self.ledger._get, self.run_id, call_id)
+            if entry is None or entry.result_json is not None or self.ledger.alive(entry):
+                continue
+            claim = await self.ledger.claim(self.run_id, call_id, tool=result.name, take_over=entry.token)
+            if claim.status == "claimed":
+                await self.ledger.record(claim, result)
+
     async def once(self, key: str, name: str, action: Callable[[], Awaitable[None]]) -> bool:
         """Run `action` (a callback with a side effect, e.g. ``on_handoff``) at most once per run, across
         copies of the state; True when it ran here. A holder that died mid-action leaves it unknown:

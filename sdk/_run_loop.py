@@ -273,6 +273,7 @@ class RunLoop:
                 for result in found:  # the repeat rule knows them as if they ran here
                     self.tool_runner.log(state, calls[result.call_id], calls[result.call_id].arguments, result)
                 await self.checkpoint()
+        decided = {i for i, d in state.decisions.items() if d.kind != "approved"}  # answered by a person
         plan = plan_batch(state, self.tool_runner.tools)
         if self.controls is not None:
             plan = await self.controls.plan(plan)
@@ -284,6 +285,8 @@ class RunLoop:
         for key, entry in plan.settled.items():
             state.call_log.setdefault(key, entry)
         state.repeats.extend(plan.repeats)
+        if self.gate is not None and decided:
+            await self.gate.settle_answered({i: r for i, r in plan.answered.items() if i in decided})
         on_result = self._emit_result if self.emit is not None else None
         if plan.answered:
             await self.checkpoint()

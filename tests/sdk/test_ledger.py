@@ -160,17 +160,34 @@ def test_a_crash_between_claim_and_record_is_an_uncertain_call_for_a_person(tmp_
     (item,) = result.interruptions
     assert item.kind == "uncertain" and item.call_id == "mail_1" and "may or may not have run" in (item.reason or "")
 
-    skipped = RunState.from_json(result.state.to_json())
-    skipped.reject("mail_1", message="It was sent before the crash; do not send again.")
-    done = mail_agent(log).run_sync(state=skipped)
-    assert done.output == "Done: It was sent before the crash; do not send again." and len(sent(log)) == 1
-
     retried = RunState.from_json(result.state.to_json())
     retried.approve("mail_1")  # a person chose to send it again
     done = mail_agent(log).run_sync(state=retried)
     assert done.output == "Done: sent to ada@example.com" and sent(log) == ["worker mail_1", "main mail_1"]
     again = mail_agent(log).run_sync(state=RunState.from_json(retried.to_json()))  # and once only
     assert again.output == done.output and len(sent(log)) == 2
+
+    late = RunState.from_json(result.state.to_json())  # a copy where someone else chose to skip it
+    late.reject("mail_1", message="It was sent before the crash; do not send again.")
+    assert mail_agent(log).run_sync(state=late).output == done.output  # the first decision stands
+    assert len(sent(log)) == 2
+
+
+async def test_a_skipped_uncertain_call_is_skipped_for_every_copy(tmp_path: Path) -> None:
+    log = tmp_path / "sent.log"
+    state = await paused(log)
+    state.approve("mail_1")
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    old = time.time() - 3600  # a claim whose holder stopped beating an hour ago: it died mid-call
+    assert ledger._insert(LedgerEntry(state.trace_id, "mail_1", "dead", "other-host/boot", 1, old, old, "send_email"))
+    uncertain = (await mail_agent(log).run(state=state, ledger=ledger)).state
+    assert [i.kind for i in uncertain.pending] == ["uncertain"]
+    skipped = RunState.from_json(uncertain.to_json())
+    skipped.reject("mail_1", message="It was sent before the crash.")
+    done = await mail_agent(log).run(state=skipped, ledger=ledger)
+    assert done.output == "Done: It was sent before the crash."
+    other = await mail_agent(log).run(state=RunState.from_json(uncertain.to_json()), ledger=ledger)  # undecided copy
+    assert not other.paused and other.output == done.output and sent(log) == []
 
 
 def test_a_crash_between_claim_and_record_is_retried_for_an_idempotent_tool(tmp_path: Path) -> None:
