@@ -18,8 +18,8 @@ by (run id, call id)::
 * **A claim without a record** whose holder is gone (the process died mid-call) means the call *may
   or may not have run*. An idempotent tool is simply run again; any other call becomes an
   interruption of kind ``"uncertain"`` for a person: `RunState.approve` runs it again,
-  `RunState.reject(call_id, message=...)` skips it (the model reads the message). It is never run
-  again silently.
+  `RunState.reject(call_id, message=...)` skips it (the model reads the message); the answer is
+  recorded on the claim, so other copies get the same one. It is never run again silently.
 
 A holder is gone when its process no longer exists (same machine: by pid, with the boot id so a
 reboot's reused pids do not count), or when it stopped refreshing its claim: a running call
