@@ -415,11 +415,15 @@ class RunControls:
         on_result: Callable[[ToolResult], Any] | None,
     ) -> None:
         """Run one call of the batch with the hooks and guardrails around it, and record it."""
+        tracer = getattr(runner, "tracer", None)
         if isinstance(runner.tools.get(call.name), AgentTool):
-            await run_agent_call(self, runner, state, call, target, context, checkpoint, on_result)
+            if tracer is None:
+                await run_agent_call(self, runner, state, call, target, context, checkpoint, on_result)
+            else:  # an execute_tool span, the child's run inside it
+                await tracer.agent_call(runner, state, call, target, lambda: run_agent_call(
+                    self, runner, state, call, target, context, checkpoint, on_result))
             return
         await self.hook("before_tool_call", target)
-        tracer = getattr(runner, "tracer", None)
         if tracer is None:
             results = await runner.executor.execute([target], context=context)
         else:

@@ -243,7 +243,10 @@ async def _summarise(
         sampling=SamplingSettings(max_tokens=compaction.max_summary_tokens),
     )
     agent.usage_limits.check_before_request(state.usage)
-    response = await backend.generate(summary_request)
+    if loop.tracer is None:
+        response = await backend.generate(summary_request)
+    else:  # its own chat span: the run's usage is the sum of its chat spans
+        response = await loop.tracer.turn(backend, summary_request, None, state, purpose="compaction")
     state.usage = state.usage + response.usage
     agent.usage_limits.check_after_response(state.usage)
     text = "\n".join(m.text for m in response.messages if m.role is Role.ASSISTANT and m.text).strip()

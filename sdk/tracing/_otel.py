@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from parley.protocol import ToolCall, ToolResult, UsageEvent
 from parley.run_state import Approved, Provided, Rejected, RunState
 from parley.tracing import attributes as a
 from parley.tracing import messages as m
+from parley.tracing.instrumentation import ENCLOSING
 
 if TYPE_CHECKING:
     from parley._run_loop import RunLoop
@@ -126,6 +127,7 @@ class RunTracer:
         before = state.usage
         token = otel_context.attach(trace.set_span_in_context(span))
         conversation = _CONVERSATION.set(attributes[a.CONVERSATION_ID])
+        enclosing = ENCLOSING.set(self)
         status = "failed"
         try:
             result = await loop.run()
@@ -139,6 +141,7 @@ class RunTracer:
                 status = "cancelled"
             raise
         finally:
+            ENCLOSING.reset(enclosing)
             _CONVERSATION.reset(conversation)
             otel_context.detach(token)
             span.set_attribute(a.RUN_STATUS, status)
@@ -150,8 +153,11 @@ class RunTracer:
 
     # -- chat -------------------------------------------------------------------------------------
     async def turn(
-        self, backend: Backend, request: ModelRequest, emit: EventSink | None, state: RunState
+        self, backend: Backend, request: ModelRequest, emit: EventSink | None, state: RunState,
+        *, purpose: str | None = None,
     ) -> ModelResponse:
+        """One model request in a ``chat`` span; `purpose` names a request the run makes for itself
+        (``compaction``: the summariser's), so the run's usage is the sum of its chat spans."""
         provider, model = _model_of(backend)
         attributes: dict[str, Any] = {
             a.OPERATION: "chat",
@@ -162,6 +168,8 @@ class RunTracer:
         }
         if emit is not None:  # "if and only if the request is streaming" (unset: not streaming)
             attributes[a.REQUEST_STREAM] = True
+        if purpose is not None:
+            attributes[a.REQUEST_PURPOSE] = purpose
         sampling = request.sampling
         for key in ("max_tokens", "temperature", "top_p", "top_k", "seed"):
             value = getattr(sampling, key, None)
@@ -243,6 +251,29 @@ class RunTracer:
             results = await runner.executor.execute([target], context=context)
             self._record_result(span, results[0])
             return results
+
+    async def agent_call(
+        self, runner: ToolRunner, state: RunState, call: ToolCall, target: ToolCall, run: Callable[[], Awaitable[None]]
+    ) -> None:
+        """An agent-as-tool call in an ``execute_tool`` span: the child run's ``invoke_agent`` span (and
+        its chat spans) nest inside it. A child that pauses leaves no result yet: the span says so."""
+        decision = state.decisions.get(call.id)
+        approval = "not_required"
+        if isinstance(decision, Approved):
+            approval = "approved_edited" if decision.arguments is not None else "approved"
+        attributes = self._tool_attributes(runner, call, approval)
+        attributes[a.TOOL_SOURCE] = "agent"
+        with self.tracer.start_as_current_span(
+            f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes
+        ) as span:
+            if self.capture_content:
+                span.set_attribute(a.TOOL_ARGUMENTS, target.arguments)
+            await run()
+            result = state.records.get(call.id)
+            if result is not None:
+                self._record_result(span, result)
+            else:
+                span.set_attribute(a.RUN_STATUS, "paused")
 
     def answered(self, state: RunState, answered: Mapping[str, ToolResult]) -> None:
         """Zero-length ``execute_tool`` spans for calls a person rejected or answered from outside."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,11 @@ def check_instrument(value: Any) -> bool | Instrumentation | None:
 
 _TRACERS: dict[Any, Any] = {}
 
+ENCLOSING: ContextVar[Any] = ContextVar("parley_enclosing_tracer", default=None)
+"""The tracer of the traced run this code runs inside (an agent tool's child run is inside its
+parent's ``execute_tool`` span): a run left at ``instrument=None`` is traced by it, so a child's
+spans are in its parent's trace without configuring the child."""
+
 
 def _otel_available() -> bool:
     try:
@@ -41,6 +47,9 @@ def run_tracer(setting: bool | Instrumentation | None) -> Any:
     if setting is False:
         return None
     if setting is None:
+        enclosing = ENCLOSING.get()
+        if enclosing is not None:
+            return enclosing
         trace = sys.modules.get("opentelemetry.trace")
         if trace is None:  # nobody imported OpenTelemetry, so nobody configured it
             return None

@@ -112,3 +112,49 @@ async def test_the_response_model_is_the_served_model_and_a_fallback_is_named_by
     assert chat.attributes["gen_ai.response.model"] == "gpt-b"  # not parley's "openai:gpt-b"
     [run] = spans(exporter, "invoke_agent")
     assert run.attributes["gen_ai.provider.name"] == "anthropic"
+
+
+async def test_an_agent_tool_call_has_an_execute_tool_span_holding_the_child_run() -> None:
+    instrument, exporter = traced()
+    child = Agent(ScriptedBackend(["Paris."]), name="geographer", description="Knows capitals.")
+    parent = Agent(
+        ScriptedBackend([ScriptedTurn(tool_calls=[call("geographer", {"input": "capital of France?"}, id="g1")]),
+                         "It is Paris."]),
+        name="lead", tools=[child.as_tool()], instrument=instrument,
+    )
+    await parent.run("Capital of France?")
+    [tool_span] = spans(exporter, "execute_tool")
+    runs = {s.name: s for s in spans(exporter, "invoke_agent")}
+    assert tool_span.name == "execute_tool geographer" and tool_span.attributes["gen_ai.tool.call.id"] == "g1"
+    assert tool_span.attributes["parley.tool.source"] == "agent"
+    assert tool_span.parent.span_id == runs["invoke_agent lead"].context.span_id
+    assert runs["invoke_agent geographer"].parent.span_id == tool_span.context.span_id
+    child_run = runs["invoke_agent geographer"]  # traced by its parent's tracer: instrument left at None
+    [child_chat] = [s for s in spans(exporter, "chat") if s.parent.span_id == child_run.context.span_id]
+    assert child_run.attributes["gen_ai.agent.description"] == "Knows capitals."
+    assert child_chat.attributes["gen_ai.provider.name"] == "parley"
+
+
+async def test_the_compaction_summariser_has_its_chat_span_and_the_usage_adds_up() -> None:
+    from parley import Compaction
+    from parley.context_window import estimate_tokens
+    from parley.protocol import Message, Usage
+    from tests.sdk.test_compaction import SYSTEM, Model, is_summary_request, prefix
+    from tests.sdk.test_history_processors import history
+
+    instrument, exporter = traced()
+    backend = FunctionBackend(Model())
+    backend.context_window = 10**6  # type: ignore[attr-defined]
+    agent = Agent(backend, instructions=SYSTEM, compaction=Compaction(at=0.5, keep_last_turns=2), instrument=instrument)
+    first = await agent.run([*prefix(), *history(12), Message.user("now?")])
+    size = estimate_tokens(backend.requests[0].conversation.messages, backend.requests[0].tools)
+    backend.context_window = int(size * 1.2)  # type: ignore[attr-defined]
+    exporter.clear()
+    second = await agent.run("and Rome?", state=first.state)
+    assert any(is_summary_request(r) for r in backend.requests)
+    chats = spans(exporter, "chat")
+    assert [c.attributes.get("parley.request.purpose") for c in chats] == ["compaction", None]
+    [run] = spans(exporter, "invoke_agent")
+    total = sum(c.attributes["gen_ai.usage.output_tokens"] for c in chats)
+    assert run.attributes["gen_ai.aggregated_usage.output_tokens"] == total == 7 + 2
+    assert second.usage.output_tokens - first.usage.output_tokens == total and isinstance(second.usage, Usage)
