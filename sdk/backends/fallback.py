@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
+from contextvars import ContextVar
 from typing import Any
 
 from parley.backends.base import Backend, BackendCapabilities, ModelRequest, ModelResponse
@@ -55,6 +57,18 @@ from parley.errors import ConfigurationError
 from parley.protocol import ErrorEvent, Event, MessageEnd, Usage, UsageEvent
 
 logger = logging.getLogger("parley.backends.fallback")
+
+ATTEMPTS: ContextVar[Callable[[Backend, int, BaseException | None], None] | None] = ContextVar(
+    "parley_fallback_attempts", default=None
+)
+"""Told of each attempt, ``(backend, start time in ns, its error or None when it served)``: how
+tracing gives every attempt its own span (`parley.tracing`). None: nobody listens."""
+
+
+def _attempted(backend: Backend, started: int, error: BaseException | None) -> None:
+    listener = ATTEMPTS.get()
+    if listener is not None:
+        listener(backend, started, error)
 
 FallbackOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
@@ -181,11 +195,14 @@ class FallbackBackend:
     async def generate(self, request: ModelRequest) -> ModelResponse:
         failures: list[tuple[str, BaseException]] = []
         for index, backend in enumerate(self.backends):
+            started = time.time_ns()
             try:
                 response = await backend.generate(request)
             except Exception as exc:
+                _attempted(backend, started, exc)
                 self._fail(failures, exc, index)
                 continue
+            _attempted(backend, started, None)
             self._served(backend)
             return ModelResponse(messages=response.messages, usage=attribute(response.usage, backend.name),
                                  finish_reason=response.finish_reason, model=backend.name)
@@ -197,6 +214,7 @@ class FallbackBackend:
             held: list[Event] = []  # ErrorEvents before the first real event
             sent = False  # something of this attempt reached the caller
             finished_message = False
+            started = time.time_ns()
             events = backend.stream(request)
             try:
                 async for event in events:
@@ -213,6 +231,7 @@ class FallbackBackend:
                         event = UsageEvent(usage=attribute(event.usage, backend.name))
                     yield event
             except Exception as exc:
+                _attempted(backend, started, exc)
                 if sent and (not self.after_stream_start or finished_message):
                     raise
                 self._fail(failures, exc, index)
@@ -229,6 +248,7 @@ class FallbackBackend:
                     await close()
             for earlier in held:  # a stream of nothing but ErrorEvents that ended without raising
                 yield earlier
+            _attempted(backend, started, None)
             self._served(backend)
             return
 

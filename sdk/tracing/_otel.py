@@ -72,6 +72,11 @@ def _model_of(backend: Any) -> tuple[str, str]:
     return a.provider_and_model(backend.name)
 
 
+def _first(backend: Any) -> Any:
+    inner = getattr(backend, "backends", None)
+    return _first(inner[0]) if inner else backend
+
+
 def _served_model(backend: Any, model: str) -> str:
     """The model that answered. Backends that report parley's backend id (``local:m``, a fallback's
     ``openai:gpt-b``) rather than a server's model name are reported by their model part."""
@@ -195,11 +200,22 @@ class RunTracer:
                     await emit(event)
 
                 sink = timed
+            served: list[Any] = []
+            listening = self._attempts(backend, span, served, attributes[a.CONVERSATION_ID])
             try:
                 response = await take_turn(backend, request, sink)
             except BaseException as exc:
                 span.set_attribute(a.ERROR_TYPE, type(exc).__qualname__)
                 raise
+            finally:
+                if listening is not None:
+                    from parley.backends.fallback import ATTEMPTS
+
+                    ATTEMPTS.reset(listening)
+            if served and served[-1] is not _first(backend):  # named by the backend that answered
+                provider, model = _model_of(served[-1])
+                span.update_name(f"chat {model}")
+                span.set_attributes({a.PROVIDER: provider, a.REQUEST_MODEL: model})
             span.set_attributes(a.usage_attributes(response.usage))
             span.set_attribute(a.FINISH_REASONS, [response.finish_reason])
             if response.model:
@@ -211,6 +227,32 @@ class RunTracer:
             if self.capture_content:
                 span.set_attribute(a.OUTPUT_MESSAGES, m.output_messages(response.messages, response.finish_reason))
             return response
+
+    def _attempts(self, backend: Any, span: Any, served: list[Any], conversation: str) -> Any:
+        """For a `FallbackBackend`: a ``chat`` span (child of `span`, error set) for each attempt that
+        failed, and the backend that served in `served`. Returns the listener's token (None: not one)."""
+        if not getattr(backend, "backends", None):
+            return None
+        from parley.backends.fallback import ATTEMPTS
+
+        attempt = 0
+
+        def listen(inner: Any, started: int, error: BaseException | None) -> None:
+            nonlocal attempt
+            attempt += 1
+            if error is None:
+                served.append(inner)
+                return
+            provider, model = _model_of(inner)
+            failed = self.tracer.start_span(
+                f"chat {model}", context=trace.set_span_in_context(span), kind=SpanKind.CLIENT, start_time=started,
+                attributes={a.OPERATION: "chat", a.PROVIDER: provider, a.REQUEST_MODEL: model,
+                            a.CONVERSATION_ID: conversation, a.FALLBACK_ATTEMPT: attempt},
+            )
+            _fail(failed, error)
+            failed.end()
+
+        return ATTEMPTS.set(listen)
 
     # -- execute_tool -----------------------------------------------------------------------------
     def _tool_attributes(self, runner: ToolRunner | None, call: ToolCall, approval: str) -> dict[str, Any]:

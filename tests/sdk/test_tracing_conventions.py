@@ -105,13 +105,33 @@ async def test_the_response_model_is_the_served_model_and_a_fallback_is_named_by
     fallback = FallbackBackend([FunctionBackend(down, name="anthropic:claude-a"),
                                 ScriptedBackend(["served"], name="openai:gpt-b")])
     await Agent(fallback, instrument=instrument).run("hi")
-    [chat] = spans(exporter, "chat")
-    assert chat.name == "chat claude-a"
-    assert chat.attributes["gen_ai.provider.name"] == "anthropic"
-    assert chat.attributes["gen_ai.request.model"] == "claude-a"
-    assert chat.attributes["gen_ai.response.model"] == "gpt-b"  # not parley's "openai:gpt-b"
+    failed, served = spans(exporter, "chat")  # (the failed attempt's span ends first)
+    assert served.name == "chat gpt-b" and served.attributes["gen_ai.provider.name"] == "openai"
+    assert served.attributes["gen_ai.request.model"] == "gpt-b"
+    assert served.attributes["gen_ai.response.model"] == "gpt-b"  # not parley's "openai:gpt-b"
+    assert served.attributes["gen_ai.usage.output_tokens"] > 0
+    # the attempt that failed has its own span, inside the request's, with its error and no usage
+    assert failed.name == "chat claude-a" and failed.attributes["gen_ai.provider.name"] == "anthropic"
+    assert failed.attributes["error.type"] == "OverloadedError" and failed.attributes["parley.fallback.attempt"] == 1
+    assert failed.parent.span_id == served.context.span_id and "gen_ai.usage.input_tokens" not in failed.attributes
+    assert failed.start_time <= failed.end_time <= served.end_time
     [run] = spans(exporter, "invoke_agent")
-    assert run.attributes["gen_ai.provider.name"] == "anthropic"
+    assert run.attributes["gen_ai.provider.name"] == "anthropic"  # (what the agent asks first)
+
+
+async def test_a_streamed_fallback_attempt_that_fails_has_its_span_too() -> None:
+    instrument, exporter = traced()
+
+    def down(request: Any) -> Any:
+        raise OverloadedError("overloaded", status_code=529)
+
+    fallback = FallbackBackend([FunctionBackend(down, name="anthropic:claude-a"),
+                                ScriptedBackend(["served"], name="openai:gpt-b")])
+    async for _ in Agent(fallback, instrument=instrument).run_stream("hi"):
+        pass
+    failed, served = spans(exporter, "chat")
+    assert (failed.name, served.name) == ("chat claude-a", "chat gpt-b")
+    assert served.attributes["gen_ai.request.stream"] is True and failed.attributes["error.type"] == "OverloadedError"
 
 
 async def test_an_agent_tool_call_has_an_execute_tool_span_holding_the_child_run() -> None:
