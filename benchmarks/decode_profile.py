@@ -15,6 +15,11 @@ without speculation decodes `--tokens` greedy tokens from one chat prompt, batch
   rate is printed beside the plain one so the distortion is visible. Beside each wall time, the engine
   thread's own CPU time (`time.thread_time`) in that class: on a loaded machine wall time also counts the time
   the thread waited for a core, CPU time does not (at 2 threads it misses the GEMMs' second thread).
+- `cpu`: CPU milliseconds per decoded token, all threads of the process, on both sides, as the difference
+  between a long and a short generation (`--cpu-tokens` more tokens) so loading and prefill cancel: parley's
+  `time.process_time`, llama-bench's children CPU time (`resource.getrusage`). On a loaded machine this is the
+  figure that load does not distort (wall time waits for a core; CPU time does not), and the one that says
+  whether a gap is work or parallel efficiency.
 - `ops`: one torch.profiler pass over a few decode steps: ATen ops per step and their summed self CPU time,
   so the dispatch share (wall minus op time) is a measurement, not a guess.
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -52,6 +58,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--modes", default="q4,q4-head",
                     help="local_engine/bench.py MODES to profile (q4-head: the 8-bit LM head the auto mode picks)")
+    ap.add_argument("--cpu-tokens", type=int, default=192, help="extra tokens of the long run for CPU/token")
     ap.add_argument("--no-llama", action="store_true", help="skip llama-bench")
     ap.add_argument("--llama-bench", default=str(LLAMA_BIN / "llama-bench"))
     return ap.parse_args()
@@ -195,6 +202,32 @@ def llama_pp(binary: str, path: Path, threads: int) -> float | None:
     return round(float(json.loads(out.stdout)[0]["avg_ts"]), 2) if out.returncode == 0 else None
 
 
+def llama_cpu_ms(binary: str, path: Path, threads: int, extra: int) -> float | None:
+    """CPU ms per token of llama-bench's tg (all its threads): (long run - short run) / extra tokens."""
+    if not Path(binary).is_file():
+        return None
+    used = []
+    for n in (16, 16 + extra):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out = subprocess.run([binary, "-m", str(path), "-t", str(threads), "-p", "0", "-n", str(n), "-r", "1",
+                              "-o", "json"], capture_output=True, text=True, timeout=600)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if out.returncode != 0:
+            return None
+        used.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return round((used[1] - used[0]) * 1000 / extra, 3)
+
+
+def parley_cpu_ms(engine: Engine, prompt: list[int], extra: int) -> float:
+    """CPU ms per token of parley's decode (every thread of this process): (long - short) / extra tokens."""
+    used = []
+    for n in (16, 16 + extra):
+        c = time.process_time()
+        engine.generate([prompt], SamplingParams(max_tokens=n, min_tokens=n), tenant=f"cpu-{n}-{time.time()}")
+        used.append(time.process_time() - c)
+    return round((used[1] - used[0]) * 1000 / extra, 3)
+
+
 def op_census(engine: Engine, prompt: list[int], n: int) -> dict[str, Any]:
     """ATen ops per decode step and their summed self CPU time (torch.profiler over one generation)."""
     from torch._C._profiler import _ExperimentalConfig
@@ -238,6 +271,8 @@ def run_threads(args: argparse.Namespace, mode: str, threads: int, path: Path) -
         r["ratio_vs_llamabench"] = round(r["parley_tok_s"] / r["llamabench_tg_tok_s"], 3) if theirs else None
         if not args.no_llama:
             r["llamabench_pp512_tok_s"] = llama_pp(args.llama_bench, path, threads)
+            r["llamabench_cpu_ms_per_token"] = llama_cpu_ms(args.llama_bench, path, threads, args.cpu_tokens)
+        r["parley_cpu_ms_per_token"] = parley_cpu_ms(engine, prompt, args.cpu_tokens)
         clock = Clock()
         undo = instrument(engine, clock)
         try:
@@ -267,6 +302,8 @@ def report(results: list[dict[str, Any]]) -> None:
         print(f"parley {r['parley_tok_s']} tok/s (runs {r['parley_tok_s_runs']}); llama-bench tg "
               f"{r['llamabench_tg_tok_s']} (runs {r['llamabench_tg_tok_s_runs']}), pp512 "
               f"{r.get('llamabench_pp512_tok_s')}; ratio {r['ratio_vs_llamabench']}")
+        print(f"CPU ms per token (all threads): parley {r['parley_cpu_ms_per_token']}, llama-bench "
+              f"{r.get('llamabench_cpu_ms_per_token')}")
         print(f"profiled {r['profiled_tok_s']} tok/s over {r['profile_steps']} decode steps, "
               f"{r['profile_ms_per_token']} ms a token:")
         print(f"  {'class':<16}{'wall ms':>10}{'%':>7}{'engine-thread CPU ms':>22}")

