@@ -178,3 +178,50 @@ async def test_the_compaction_summariser_has_its_chat_span_and_the_usage_adds_up
     total = sum(c.attributes["gen_ai.usage.output_tokens"] for c in chats)
     assert run.attributes["gen_ai.aggregated_usage.output_tokens"] == total == 7 + 2
     assert second.usage.output_tokens - first.usage.output_tokens == total and isinstance(second.usage, Usage)
+
+
+async def test_spans_reach_a_collector_over_otlp_http() -> None:
+    """The SDK's OTLP/HTTP exporter against a receiver on 127.0.0.1: the spans arrive as protobuf, with
+    the conventions' attributes."""
+    import http.server
+    import threading
+
+    otlp = pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    received: list[ExportTraceServiceRequest] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            received.append(request)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        provider = TracerProvider()
+        exporter = otlp.OTLPSpanExporter(endpoint=f"http://127.0.0.1:{server.server_port}/v1/traces", timeout=5)
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        agent = Agent(ScriptedBackend(["hello"], name="openai:gpt-x"), name="greeter",
+                      instrument=Instrumentation(tracer_provider=provider))
+        await agent.run("hi", session=MemorySession("s-1"))
+        provider.shutdown()
+    finally:
+        server.shutdown()
+    got = {
+        span.name: {kv.key: kv.value for kv in span.attributes}
+        for request in received for resource in request.resource_spans
+        for scope in resource.scope_spans for span in scope.spans
+    }
+    assert set(got) == {"chat gpt-x", "invoke_agent greeter"}
+    assert got["chat gpt-x"]["gen_ai.provider.name"].string_value == "openai"
+    assert got["chat gpt-x"]["gen_ai.conversation.id"].string_value == "s-1"
+    assert got["invoke_agent greeter"]["gen_ai.operation.name"].string_value == "invoke_agent"
