@@ -10,9 +10,17 @@ Spans (names and attributes: `parley.tracing.attributes`):
   ``gen_ai.aggregated_usage.*`` holds the sum of this call's model requests;
 * ``chat {model}`` — one per model request: model, provider, request parameters, finish reasons,
   ``gen_ai.usage.*``; where the request ran on the local engine, its prompt/cached token figures and
-  (when streaming) the time to the first chunk;
+  (when streaming) the time to the first chunk. The compaction summariser's request has one too
+  (``parley.request.purpose=compaction``), so a run's usage is the sum of its chat spans; behind a
+  `FallbackBackend` the span is named by the backend that answered, and every attempt that failed
+  has its own chat span inside it (its error, no usage);
 * ``execute_tool {tool}`` — one per executed tool call (and a zero-length one per rejected or
-  provided call): name, call id, approval outcome, duration, error.
+  provided call): name, call id, approval outcome, duration, error. An agent used as a tool has
+  one as well, with the child run's spans inside it (traced by the parent's tracer).
+
+``gen_ai.conversation.id`` is the session's id when the run has a session (every run of one
+conversation shares it), else the run's id. Captured content follows the conventions' message
+schema (`parley.tracing.messages`).
 
 Token accounting: the conventions count cache reads and writes *inside*
 ``gen_ai.usage.input_tokens``, while `Usage.input_tokens` is the uncached part. So
