@@ -10,6 +10,7 @@ last chunk whose `choices` is empty and whose `usage` counts cached prompt token
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from parley.backends.base import ModelRequest, NamedToolChoice, SamplingSettings, ToolChoice
+from parley.constrained import Choice, Grammar, Regex
 from parley.protocol import (
     Conversation,
     ProtocolError,
@@ -84,8 +86,16 @@ def to_wire_turn(request: oa.ChatCompletionRequest, salt: str, deadline_s: float
         schema = fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {}
     elif isinstance(fmt, oa.JsonObjectFormat):
         schema, schema_param = {"type": "object"}, "response_format"
+    constraint, constraint_param = None, "structured_outputs"
+    so = request.structured_outputs
+    if so is not None and so.json_ is not None:
+        schema, schema_param = _schema_of(so.json_), "structured_outputs.json"
+    elif so is not None:
+        constraint, constraint_param = _constraint_of(so)
+    elif request.grammar is not None:
+        constraint, constraint_param = Grammar(request.grammar), "grammar"
     if schema is not None and (choice == "required" or isinstance(choice, NamedToolChoice)):
-        raise invalid("response_format cannot be combined with a forced tool_choice", "response_format")
+        raise invalid(f"{schema_param.split('.')[0]} cannot be combined with a forced tool_choice", schema_param)
     stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
     model_request = ModelRequest(
         conversation=to_conversation(request),
@@ -115,8 +125,32 @@ def to_wire_turn(request: oa.ChatCompletionRequest, salt: str, deadline_s: float
         request=model_request,
         logprobs=(request.top_logprobs or 0) if request.logprobs else None,
         deadline_s=deadline_s,
-        params={"output_schema": schema_param, "max_tokens": max_tokens_param, "conversation": "messages"},
+        params={"output_schema": schema_param, "max_tokens": max_tokens_param, "conversation": "messages",
+                "output_constraint": constraint_param},
+        constraint=constraint,
     )
+
+
+def _schema_of(value: dict[str, Any] | str) -> dict[str, Any]:
+    """`structured_outputs.json`: a schema, or its JSON text (vLLM takes both)."""
+    if isinstance(value, dict):
+        return value
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise invalid(f"structured_outputs.json is not JSON: {exc}", "structured_outputs.json") from None
+    if not isinstance(parsed, dict):
+        raise invalid("structured_outputs.json must be a JSON Schema object", "structured_outputs.json")
+    return parsed
+
+
+def _constraint_of(so: oa.StructuredOutputs) -> tuple[Regex | Choice | Grammar, str]:
+    if so.regex is not None:
+        return Regex(so.regex), "structured_outputs.regex"
+    if so.choice is not None:
+        return Choice(tuple(so.choice)), "structured_outputs.choice"
+    assert so.grammar is not None
+    return Grammar(so.grammar), "structured_outputs.grammar"
 
 
 # -- responses -----------------------------------------------------------------------------------

@@ -153,6 +153,27 @@ class JsonSchemaFormat(_Strict):
 ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat, Field(discriminator="type")]
 
 
+class StructuredOutputs(_Strict):
+    """vLLM's constraint parameters; exactly one is set. Unknown keys (``structural_tag``, the removed
+    ``guided_*`` spellings at the top level) are refused by name rather than silently ignored."""
+
+    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
+    regex: str | None = Field(default=None, min_length=1)
+    choice: list[str] | None = Field(default=None, min_length=1)
+    grammar: str | None = Field(default=None, min_length=1)
+
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> StructuredOutputs:
+        given = [name for name in ("json_", "regex", "choice", "grammar") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError("set exactly one of json, regex, choice or grammar")
+        if self.choice is not None and any(not option for option in self.choice):
+            raise FieldRule("choice", "options must be non-empty strings")
+        return self
+
+
 class StreamOptions(_Strict):
     include_usage: bool | None = None
     continuous_usage_stats: bool | None = None
@@ -192,6 +213,10 @@ class ChatCompletionRequest(_Strict, VllmSampling):
     """parley's extension: finish within this many seconds of arrival or be refused at once."""
     thinking_token_budget: int | None = Field(default=None, ge=0)
     """vLLM's reasoning budget: the model reasons first, and its reasoning ends after at most this many tokens."""
+    structured_outputs: StructuredOutputs | None = None
+    """vLLM's constraint on the answer: a JSON schema, a regex, one of some strings, or an EBNF grammar."""
+    grammar: str | None = Field(default=None, min_length=1)
+    """llama.cpp's GBNF grammar for the answer (compiled by xgrammar, whose EBNF dialect is GBNF's)."""
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> ChatCompletionRequest:
@@ -210,6 +235,10 @@ class ChatCompletionRequest(_Strict, VllmSampling):
         ):
             raise FieldRule("max_tokens", "conflicts with max_completion_tokens; send only max_completion_tokens")
         self.check_min_tokens(self.token_limit, "max_completion_tokens")
+        constraints = [name for name in ("response_format", "structured_outputs", "grammar")
+                       if getattr(self, name) is not None and not isinstance(getattr(self, name), TextFormat)]
+        if len(constraints) > 1:
+            raise FieldRule(constraints[1], f"conflicts with {constraints[0]}; send one constraint")
         if isinstance(self.tool_choice, NamedToolChoiceParam):
             offered = {tool.function.name for tool in self.tools or []}
             if self.tool_choice.function.name not in offered:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from parley.backends.base import ModelRequest
 from parley.backends.errors import LocalRequestError
 from parley.backends.local.turn import LocalTurn, LogprobChunk, TurnEnd, TurnItem, TurnOptions
-from parley.constrained import BackendUnavailableError
+from parley.constrained import BackendUnavailableError, Choice, Grammar, Regex
 from parley.local_engine.errors import AdmissionError, InvalidRequestError, RequestAborted
 from parley.protocol import ProtocolError
 from parley.server.context import ServerState
@@ -34,6 +34,8 @@ class WireTurn:
     deadline_s: float | None = None
     params: Mapping[str, str] = field(default_factory=dict)
     """`ModelRequest` field (as `LocalRequestError.field` names it) -> the wire parameter that set it."""
+    constraint: Regex | Grammar | Choice | None = None
+    """A regex, choice or grammar constraint on the answer (`TurnOptions.constraint`)."""
 
 
 def rendering_error(exc: ProtocolError) -> ApiError:
@@ -58,6 +60,7 @@ class ServerTurn:
             default_max_tokens=state.config.default_max_tokens,
             default_temperature=1.0,  # the wire formats' default
             constrain_auto_tools=state.config.constrain_auto_tool_calls,
+            constraint=wire.constraint,
         )
         try:
             self.turn = LocalTurn(state.engine, state.codec, wire.request, options)

@@ -36,8 +36,10 @@ from parley.backends.base import ModelRequest
 from parley.backends.errors import LocalRequestError
 from parley.backends.local.codec import PromptCodec
 from parley.backends.local.engine_port import EnginePort
-from parley.backends.local.hooks import TurnHooks, build_hooks, callable_tools
+from parley.backends.local.hooks import TurnHooks, build_hooks, callable_tools, compile_constraint
+from parley.constrained import Choice, ConstraintHook, Grammar, Regex
 from parley.local_engine.config import SamplingParams
+from parley.local_engine.hooks import ComposedHook, TokenHook
 from parley.local_engine.outputs import StreamDelta, TokenLogprob
 from parley.protocol import (
     ErrorEvent,
@@ -75,6 +77,9 @@ class TurnOptions:
     """The SDK decodes greedily unless told otherwise; OpenAI's wire default is 1.0."""
     constrain_auto_tools: bool = True
     """With ``tool_choice="auto"``, constrain a call once the model opens one (a small model needs it)."""
+    constraint: Regex | Grammar | Choice | None = None
+    """A non-JSON constraint on the answer (a server's `structured_outputs`); the request may then have no
+    output schema and no callable tools. A grammar that cannot compile is refused on ``output_constraint``."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,8 @@ class LocalTurn:
         self.hooks: TurnHooks = build_hooks(
             request, codec, engine, constrain_auto_tools=options.constrain_auto_tools
         )
+        if options.constraint is not None:
+            self.hooks = self._with_constraint(options.constraint)
         self.params = self._sampling_params()
         self._stream: AsyncIterator[StreamDelta] | None = None
         self._first: StreamDelta | None = None
@@ -233,6 +240,28 @@ class LocalTurn:
                 code="context_length_exceeded",
             )
         return ids
+
+    def _with_constraint(self, spec: Regex | Grammar | Choice) -> TurnHooks:
+        """The turn's hooks with `spec` constraining the answer (after any reasoning, as an output schema does)."""
+        if self.request.output_schema is not None or callable_tools(self.request):
+            raise LocalRequestError(
+                "output_constraint: a regex, choice or grammar constraint cannot be combined with an output "
+                "schema or callable tools",
+                field="output_constraint",
+                code="invalid_request",
+            )
+        triggers_for = getattr(self.codec, "answer_triggers", None)
+        if triggers_for is None:  # e.g. Harmony: the answer sits inside channel headers a text grammar cannot see
+            raise LocalRequestError(
+                "output_constraint: regex, choice and grammar constraints are not available for this model family",
+                field="output_constraint",
+                code="unsupported_value",
+            )
+        reasoning = self.hooks.reasoning
+        matcher = compile_constraint(spec, self.engine, self.codec.stop_token_ids, "output_constraint")
+        constraint = ConstraintHook(matcher, triggers=list(triggers_for(reasoning=reasoning is not None)))
+        hook: TokenHook = constraint if reasoning is None else ComposedHook([reasoning, constraint])
+        return TurnHooks(hook=hook, reasoning=reasoning, constraint=constraint)
 
     def _token_limit(self) -> int:
         room = self.engine.max_model_len - len(self.prompt_ids)
@@ -383,7 +412,11 @@ class LocalTurn:
         if isinstance(event, TextDelta):
             if event.channel not in (None, "final"):
                 return []
-            return self._text(stops.push(event.text), built)
+            text = stops.push(event.text)
+            if text and text == event.text and event.channel == "final":  # the parser's event, as the caller sees it
+                built.text(text)
+                return [event]
+            return self._text(text, built)
         if isinstance(event, ToolCallEnd) and not self.tools_on:
             return self._text(stops.push(self.codec.call_as_text(event.call)), built)
         if isinstance(event, (ToolCallStart, ToolCallDelta)) and not self.tools_on:

@@ -6,6 +6,7 @@ One engine is shared by every test here (loading costs seconds); outputs are kep
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -308,3 +309,19 @@ def test_completions_with_logprobs_on_a_raw_prompt(oa: openai.OpenAI) -> None:
     assert "".join(logprobs.tokens) == first.text and len(logprobs.token_logprobs) == 6
     assert all(len(top) == 2 and max(top.values()) >= lp - 1e-4
                for top, lp in zip(logprobs.top_logprobs or [], logprobs.token_logprobs, strict=True))
+
+
+@pytest.mark.parametrize(("constraint", "check"), [
+    ({"structured_outputs": {"regex": r"[0-9]{3}-[0-9]{4}"}}, lambda text: re.fullmatch(r"[0-9]{3}-[0-9]{4}", text)),
+    ({"structured_outputs": {"choice": ["red", "green", "blue"]}}, lambda text: text in ("red", "green", "blue")),
+    ({"grammar": 'root ::= "yes" | "no"'}, lambda text: text in ("yes", "no")),
+    ({"structured_outputs": {"grammar": 'root ::= [a-z]+ " " [0-9]'}},
+     lambda text: re.fullmatch(r"[a-z]+ [0-9]", text)),
+    ({"structured_outputs": {"json": PERSON}}, lambda text: jsonschema.validate(json.loads(text), PERSON) is None),
+], ids=["regex", "choice", "gbnf", "ebnf", "json"])
+def test_constraint_parameters_shape_the_answer(oa: openai.OpenAI, constraint: dict[str, Any], check: Any) -> None:
+    reply = oa.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Answer."}],
+                                       max_tokens=30, temperature=0, extra_body=constraint)
+    text = reply.choices[0].message.content or ""
+    assert check(text), text
+    assert reply.choices[0].finish_reason == "stop"
