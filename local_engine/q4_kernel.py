@@ -14,11 +14,16 @@ Layout (prepared at load, `quant4.pack`): output rows in tiles of 16. For a tile
 nibble), so one 512-bit load, a mask and a shift give two registers of "4 consecutive k of 16 rows", each
 multiplied by a broadcast of 4 activation bytes with one `vpdpbusd` (u8 x s8 -> int32, AVX-512 VNNI): no
 horizontal sums anywhere, the 16 outputs of a tile come out as one vector. 8-bit mode stores weight + 128
-(unsigned) and subtracts 128 x sum(qx) per group in int32 (exact). Scales (and 4-bit minimums) are fp16, 16
-rows contiguous per group.
+(unsigned) and subtracts 128 x sum(qx) per group in int32 (exact). Scales and minimums are 16 rows contiguous
+per group, fp16 (the 32-value GGUF blocks, as stored) or fp32 (K-quants, whose scale is a product fp16 cannot
+hold; measured +2 % on SmolLM2's layer GEMVs with the weights in cache). The weight formats, as template
+flags: 4-bit with a minimum (Q4_0, Q4_1, Q4_K); 8-bit (Q8_0, Q5_0), with a minimum (Q5_1, Q5_K), with one
+scale per 16 inputs (Q6_K: chunks 0-3 and 4-7 of a group are two int32 partial sums, the 8-bit offset taken
+per half from 128 x the half's sum(qx)), or both (rows of mixed types stacked into one GEMM).
 
 Numerics: every int32 group sum is exact; the fp32 part per output is, group after group,
-`acc = fma(float(isum), d * dx, acc)` then (4-bit) `acc = fma(m, dx * sum(qx), acc)`, in the same order
+`acc = fma(float(isum), d * dx, acc)` (per half with 16-wide scales, low half first) then (with a minimum)
+`acc = fma(m, dx * sum(qx), acc)`, in the same order
 whatever the batch, the tile split across threads or the code path (the scalar fallback does the identical
 operations, `std::fma` included), so a row's result is bitwise the same alone or in any batch, on any number
 of threads. Rows of the batch are processed up to 4 at a time against one load of the weights (prefill),
