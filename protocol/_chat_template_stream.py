@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,31 @@ _ROLES = {"system": Role.SYSTEM, "developer": Role.DEVELOPER, "user": Role.USER,
 _MAX_HEADER = 64
 _MAX_UTF8_HOLD = 4
 _CALL_PREFIX = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\S)')
+
+
+def _decoder_of(tokenizer: Any) -> Callable[[list[int]], str]:
+    """`tokenizer.decode(ids, skip_special_tokens=False)`, by the shortest route that gives the same text.
+
+    The parser decodes twice per token; through transformers' wrapper a decode costs about five times
+    the Rust call itself (argument conversion, batching checks, cleanup options). Its fast tokenizers
+    (`TokenizersBackend`) add nothing to the Rust result unless `clean_up_tokenization_spaces` is set,
+    so for one whose `decode` is not overridden the backend is called directly.
+    """
+    backend = getattr(tokenizer, "_tokenizer", None)
+    module = sys.modules.get("transformers.tokenization_utils_tokenizers")
+    base = getattr(module, "TokenizersBackend", None) if module is not None else None
+    cls = type(tokenizer)
+    if (
+        base is not None
+        and isinstance(tokenizer, base)
+        and cls.decode is base.decode
+        and cls._decode is base._decode
+        and getattr(tokenizer, "clean_up_tokenization_spaces", True) is False
+        and callable(getattr(backend, "decode", None))
+    ):
+        fast: Callable[[list[int]], str] = lambda ids: backend.decode(ids, skip_special_tokens=False)  # noqa: E731
+        return fast
+    return lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False))
 
 
 def call_id(index: int) -> str:
@@ -125,6 +151,8 @@ class StreamParser:
         self.messages: list[Message] = []
         self._calls_seen = 0
         self._special_ids: set[int] = set(getattr(tokenizer, "all_special_ids", []) or []) if tokenizer else set()
+        self._decode = _decoder_of(tokenizer) if tokenizer is not None else None
+        self._vocab_len: int | None = None  # len(tokenizer), read once: it costs microseconds per call
         self._ids: list[int] = []
         self._prefix = 0
         self._read = 0
@@ -204,7 +232,9 @@ class StreamParser:
         tok = self._tokenizer
         if tok is None:
             raise TypeError("feed_token needs a tokenizer")
-        if token_id < 0 or token_id >= len(tok):
+        if self._vocab_len is None:
+            self._vocab_len = len(tok)
+        if token_id < 0 or token_id >= self._vocab_len:
             self._error("invalid_token", f"token id {token_id} is outside the vocabulary", out)
             return
         if token_id in self._special_ids:
@@ -223,9 +253,10 @@ class StreamParser:
         if self._read >= len(self._ids):
             self._ids, self._prefix, self._read = [], 0, 0
             return
-        tok = self._tokenizer
-        before = tok.decode(self._ids[self._prefix : self._read], skip_special_tokens=False)
-        now = tok.decode(self._ids[self._prefix :], skip_special_tokens=False)
+        decode = self._decode
+        assert decode is not None  # ids are only collected with a tokenizer
+        before = decode(self._ids[self._prefix : self._read])
+        now = decode(self._ids[self._prefix :])
         held = len(self._ids) - self._read
         if now.endswith("\ufffd") and not final and held < _MAX_UTF8_HOLD:
             return

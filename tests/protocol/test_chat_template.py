@@ -301,6 +301,16 @@ def test_lenient_parse_accepts_string_arguments_and_parameters_key() -> None:
     assert codec.parse(other, strict=False)[0].tool_calls[0].parsed_arguments() == {"y": 2}
 
 
+def test_the_parsers_decode_route_gives_the_tokenizers_own_text(codec: ChatTemplateCodec) -> None:
+    from parley.protocol._chat_template_stream import _decoder_of
+
+    tok = codec.tokenizer
+    ids = codec.encode("Zürich ☃ <think> é\n  x") + codec.stop_token_ids()[:1]
+    decode = _decoder_of(tok)
+    spans = [(i, j) for i in range(len(ids)) for j in range(i, len(ids) + 1)]
+    assert all(decode(ids[i:j]) == tok.decode(ids[i:j], skip_special_tokens=False) for i, j in spans)
+
+
 def test_generated_token_stream_of_the_real_tokenizer(codec: ChatTemplateCodec) -> None:
     completion = 'Okay.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich ☃"}}\n</tool_call>'
     ids = codec.encode(completion) + codec.stop_token_ids()[:1]
