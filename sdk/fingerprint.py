@@ -187,7 +187,8 @@ def _check_open_calls(state: RunState, tools: Mapping[str, Any], saved: AgentFin
         item = pending.get(call.id)
         known = saved.tools.get(call.name) or saved.toolset_tools.get(call.name)
         expected = schema_hash(item.parameters) if item is not None and item.parameters else known
-        if expected != schema_hash(getattr(tool, "parameters", None)):
+        # (None: the tool of an agent handed to, whose schemas its digest in `children` covers)
+        if expected is not None and expected != schema_hash(getattr(tool, "parameters", None)):
             found.append(f"open call {call.id!r} needs tool {call.name!r} with the argument schema it was made for")
     if found:
         raise RunStateMismatchError(

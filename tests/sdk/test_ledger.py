@@ -94,8 +94,8 @@ def test_without_a_ledger_each_copy_runs_the_call(tmp_path: Path) -> None:
 def test_eight_processes_resuming_one_state_at_once_send_once(tmp_path: Path) -> None:
     log, state_file = tmp_path / "sent.log", tmp_path / "state.json"
     state_file.write_text(paused_state(log).to_json())
-    start_at = f"{time.time() + 4:.3f}"  # all of them resume at this moment (imports done by then)
-    workers = [worker("resume", state_file, log, f"w{n}", "--sleep", "0.5", "--start-at", start_at) for n in range(8)]
+    start_at = f"{time.time() + 3:.3f}"  # all of them resume at this moment (imports done by then)
+    workers = [worker("resume", state_file, log, f"w{n}", "--sleep", "0.3", "--start-at", start_at) for n in range(8)]
     outcomes = [finished(w) for w in workers]
     assert len(sent(log)) == 1
     assert all(o == {"output": "Done: sent to ada@example.com", "paused": False} for o in outcomes)
