@@ -6,6 +6,7 @@ the prefix cache, and each has its own random stream (`seed + i` when a seed is 
 randomness otherwise), so the `n` completions are independent draws. Choices are numbered prompt
 by prompt (`prompt_index * n + i`). Streams interleave the choices' chunks as their tokens come
 and end with `data: [DONE]`; `usage` counts each prompt once and every choice's tokens.
+`structured_outputs` and `grammar` constrain every draw from its first token, as on chat.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from parley.backends.errors import LocalRequestError
+from parley.backends.local.hooks import check_schema, compile_constraint
+from parley.constrained import BackendUnavailableError, ConstraintHook, Grammar, JsonSchema, Spec
 from parley.local_engine.config import SamplingParams
 from parley.local_engine.errors import InvalidRequestError
 from parley.server import completions_schema as cs
@@ -33,7 +37,7 @@ from parley.server.context import (
     state_of,
     tenant_of,
 )
-from parley.server.errors import ApiError, invalid
+from parley.server.errors import ApiError, ErrorKind, invalid
 from parley.server.raw_turn import RawEnd, RawPiece, RawTurn
 from parley.server.streaming import SSE_HEADERS, sse_data
 from parley.server.tenants import cache_salt
@@ -74,6 +78,40 @@ def _params(parsed: cs.CompletionRequest, prompt_len: int, limit: int, seed: int
         raise invalid(str(exc)) from None
 
 
+def _constraint(parsed: cs.CompletionRequest) -> tuple[Spec, str] | None:
+    """The request's constraint and the field that set it (None: unconstrained)."""
+    from parley.server.openai_routes import _constraint_of, _schema_of
+
+    so = parsed.structured_outputs
+    if so is not None and so.json_ is not None:
+        return JsonSchema(_schema_of(so.json_)), "structured_outputs.json"
+    if so is not None:
+        return _constraint_of(so)
+    if parsed.grammar is not None:
+        return Grammar(parsed.grammar), "grammar"
+    return None
+
+
+def _hook(state: ServerState, constraint: tuple[Spec, str] | None) -> ConstraintHook | None:
+    """A fresh matcher per draw (matchers hold their position); the grammar may end at end-of-sequence."""
+    if constraint is None:
+        return None
+    spec, param = constraint
+    if isinstance(spec, JsonSchema):
+        try:
+            check_schema(spec.schema, param)
+        except LocalRequestError as exc:
+            raise invalid(str(exc), param, exc.code) from None
+    eos = getattr(state.engine.tokenizer, "eos_token_id", None)
+    try:
+        matcher = compile_constraint(spec, state.engine, [eos] if isinstance(eos, int) else [], param)
+    except LocalRequestError as exc:
+        raise invalid(str(exc), param, exc.code) from None
+    except BackendUnavailableError as exc:  # our installation's fault, not the client's
+        raise ApiError(f"structured output is unavailable: {exc}", kind=ErrorKind.INTERNAL) from None
+    return ConstraintHook(matcher)
+
+
 def _logprobs_json(entries: list[tuple[str, float, list[tuple[str, float]]]], offset: int) -> dict[str, Any]:
     tokens, values, tops, offsets = [], [], [], []
     for token, value, top in entries:
@@ -104,6 +142,7 @@ async def completions(request: Request) -> Response:
     deadline = deadline_from(request, parsed.deadline_s)
     batched = len(parsed.prompts) > 1
     base = uuid.uuid4().hex
+    constraint = _constraint(parsed)
     choices: list[_Choice] = []
     prompt_counts: list[int] = []
     for p, prompt in enumerate(parsed.prompts):
@@ -115,7 +154,8 @@ async def completions(request: Request) -> Response:
             seed = None if parsed.seed is None else parsed.seed + i
             params = _params(parsed, len(ids), state.engine.max_model_len, seed, param)
             turn = RawTurn(state.engine, ids, params, stops=parsed.stops, tenant=salt,
-                           request_id=f"{base}-{p}-{i}", deadline_s=deadline, arrival=arrival_of(request))
+                           request_id=f"{base}-{p}-{i}", deadline_s=deadline, arrival=arrival_of(request),
+                           hook=_hook(state, constraint))
             choices.append(_Choice(p * parsed.n + i, turn, str(echo)))
 
     async def close_all() -> None:

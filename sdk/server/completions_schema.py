@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from parley.server.openai_schema import StructuredOutputs
 from parley.server.sampling_schema import VllmSampling
 from parley.server.validation import FieldRule
 
@@ -55,9 +56,15 @@ class CompletionRequest(_Strict, VllmSampling):
     user: str | None = None
     cache_salt: str | None = Field(default=None, min_length=1, max_length=256)
     deadline_s: float | None = Field(default=None, gt=0.0, le=86400.0)
+    structured_outputs: StructuredOutputs | None = None
+    """vLLM's constraint on each completion (as on chat completions), applied from the first token."""
+    grammar: str | None = Field(default=None, min_length=1)
+    """llama.cpp's GBNF grammar for each completion."""
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> CompletionRequest:
+        if self.structured_outputs is not None and self.grammar is not None:
+            raise FieldRule("grammar", "conflicts with structured_outputs; send one constraint")
         if self.prompt in ("", []):
             raise FieldRule("prompt", "must not be empty")
         if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str | list):

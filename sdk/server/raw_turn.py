@@ -18,6 +18,7 @@ from parley.backends.local.engine_port import EnginePort
 from parley.backends.local.turn import StopScanner
 from parley.local_engine.config import SamplingParams
 from parley.local_engine.errors import AdmissionError, InvalidRequestError, RequestAborted
+from parley.local_engine.hooks import TokenHook
 from parley.local_engine.outputs import StreamDelta
 from parley.server.errors import ApiError, ErrorKind, invalid
 
@@ -79,6 +80,7 @@ class RawTurn:
         request_id: str,
         deadline_s: float | None,
         arrival: float,
+        hook: TokenHook | None = None,
     ) -> None:
         self.engine = engine
         self.prompt_ids = prompt_ids
@@ -88,6 +90,7 @@ class RawTurn:
         self.request_id = request_id
         self.deadline_s = deadline_s
         self.arrival = arrival
+        self.hook = hook
         self._stream: AsyncIterator[StreamDelta] | None = None
         self._first: StreamDelta | None = None
         self._first_at: float | None = None
@@ -99,7 +102,7 @@ class RawTurn:
             self._finished = True
             raise ApiError("the deadline passed before the request reached the engine", kind=ErrorKind.OVERLOADED,
                            code="deadline_unreachable", retry_after_s=1.0)
-        self._stream = self.engine.stream(self.prompt_ids, self.params, tenant=self.tenant,
+        self._stream = self.engine.stream(self.prompt_ids, self.params, hooks=self.hook, tenant=self.tenant,
                                           request_id=self.request_id, deadline_s=remaining)
         try:
             self._first = await anext(self._stream, None)

@@ -325,3 +325,13 @@ def test_constraint_parameters_shape_the_answer(oa: openai.OpenAI, constraint: d
     text = reply.choices[0].message.content or ""
     assert check(text), text
     assert reply.choices[0].finish_reason == "stop"
+
+
+def test_completions_constrain_every_draw(oa: openai.OpenAI) -> None:
+    reply = oa.completions.create(model="smollm2", prompt="My favourite colour is", max_tokens=10, n=2,
+                                  temperature=1.0, seed=3,
+                                  extra_body={"structured_outputs": {"choice": [" red", " green", " blue"]}})
+    assert [c.text in (" red", " green", " blue") for c in reply.choices] == [True, True]
+    gbnf = oa.completions.create(model="smollm2", prompt="Count:", max_tokens=12, temperature=0,
+                                 extra_body={"grammar": 'root ::= " " [0-9] ("," [0-9])*'})
+    assert re.fullmatch(r" [0-9](,[0-9])*", gbnf.choices[0].text), gbnf.choices[0].text
