@@ -242,7 +242,7 @@ class Engine:
         calibration = calibration_ids(tokenizer) if tokenizer is not None else None
         try:
             net = family.from_hf_state_dict(arch, state, dev, dt, quantization=config.quantization,
-                                            quantize_lm_head=config.quantize_lm_head, calibration_ids=calibration)
+                                            quantize_lm_head=bool(config.quantize_lm_head), calibration_ids=calibration)
         except (KeyError, ValueError, RuntimeError) as exc:  # a tensor that cannot be converted
             raise ModelLoadError(f"{files.folder}: {exc}") from exc
         del state
