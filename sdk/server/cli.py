@@ -39,6 +39,10 @@ def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     parser.add_argument("--max-concurrent", type=int, default=256, help="requests held at once before 429")
     parser.add_argument("--max-waiting", type=int, default=None, help="engine admission queue bound")
+    parser.add_argument(
+        "--responses-store", default=None, metavar="PATH",
+        help="SQLite file keeping /v1/responses results per tenant (store, previous_response_id); default: none",
+    )
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
     add_engine_flags(parser)
@@ -60,6 +64,7 @@ def build_config(args: argparse.Namespace, model_name: str) -> ServerConfig:
         tenants=tenants,
         max_body_bytes=args.max_body_bytes,
         max_concurrent=args.max_concurrent,
+        responses_store=args.responses_store,
     )
 
 

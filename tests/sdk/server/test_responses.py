@@ -244,3 +244,13 @@ def test_a_turn_dropped_mid_stream_ends_with_error_and_response_failed(fake_engi
     assert failed.status == "failed" and failed.error is not None and "dropped" in failed.error.message
     assert failed.error.code == "server_error"  # one of the codes the client's type documents
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_a_file_store_outlives_the_server(tmp_path: Any) -> None:
+    path = str(tmp_path / "responses.db")
+    with serve(FakeEngine("first"), responses_store=path) as server:
+        first = client(server).responses.create(model="test-model", input="remember me")
+    engine = FakeEngine("second")
+    with serve(engine, responses_store=path) as server:
+        again = client(server).responses.create(model="test-model", input="and now?", previous_response_id=first.id)
+    assert again.output_text == "second" and "remember me" in prompt_text(engine) and "first" in prompt_text(engine)

@@ -63,10 +63,13 @@ def test_serve_command_parses_into_a_config(tmp_path: Path) -> None:
     keys = tmp_path / "keys.txt"
     keys.write_text("filekey=globex\n")
     args = parser.parse_args(
-        ["serve", "--port", "9001", "--api-key", "k1=acme", "--api-keys-file", str(keys), "--max-body-bytes", "1000"]
+        ["serve", "--port", "9001", "--api-key", "k1=acme", "--api-keys-file", str(keys), "--max-body-bytes", "1000",
+         "--responses-store", str(tmp_path / "responses.db")]
     )
     assert args.port == 9001 and args.host == "127.0.0.1" and args.model is None
     config = build_config(args, "SmolLM2-135M-Instruct")  # the engine's own name, used without --served-model-name
     assert config.model_name == "SmolLM2-135M-Instruct" and config.model_aliases == ()
     assert config.tenants.tenant_for("k1") == "acme" and config.tenants.tenant_for("filekey") == "globex"
     assert config.max_body_bytes == 1000
+    assert config.responses_store == str(tmp_path / "responses.db")
+    assert build_config(parser.parse_args(["serve"]), "m").responses_store is None  # off by default
