@@ -406,6 +406,9 @@ class Engine:
     ) -> AsyncIterator[StreamDelta]:
         """Async iterator of token deltas; the last has `finished=True`. Leaving early aborts the request.
 
+        A delta holds the tokens new since the previous one: usually one step's, more when the consumer
+        fell behind (unread deltas merge, delivery.py). A step's items reach the loop in one wakeup.
+
         Raises `RequestAborted` if the request is dropped past its deadline, `AdmissionError` or
         `InvalidRequestError` at submission.
         """
