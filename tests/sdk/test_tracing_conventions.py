@@ -225,3 +225,17 @@ async def test_spans_reach_a_collector_over_otlp_http() -> None:
     assert got["chat gpt-x"]["gen_ai.provider.name"].string_value == "openai"
     assert got["chat gpt-x"]["gen_ai.conversation.id"].string_value == "s-1"
     assert got["invoke_agent greeter"]["gen_ai.operation.name"].string_value == "invoke_agent"
+
+
+def test_every_gen_ai_name_parley_uses_is_one_the_conventions_package_defines() -> None:
+    """parley's ``gen_ai.*`` attribute names against opentelemetry-semantic-conventions' own constants
+    (the usage names are composed: prefix + field, checked whole)."""
+    semconv = pytest.importorskip("opentelemetry.semconv._incubating.attributes.gen_ai_attributes")
+    from parley.tracing import attributes as a
+
+    defined = {value for name, value in vars(semconv).items() if name.startswith("GEN_AI_") and isinstance(value, str)}
+    ours = {value for name, value in vars(a).items() if isinstance(value, str) and value.startswith("gen_ai.")}
+    ours -= {a.USAGE, a.AGGREGATED_USAGE}  # prefixes
+    ours |= {f"{a.USAGE}.{field}" for field in (a.INPUT_TOKENS, a.OUTPUT_TOKENS, a.CACHE_READ, a.CACHE_CREATION,
+                                                a.REASONING)}
+    assert sorted(ours - defined) == []
