@@ -42,7 +42,9 @@ a run's tools: plain tools, MCP tools (the call id still goes to the server as i
 so a server that honours it is safe even across ledgers) and agents used as tools (the parent's
 call is claimed, and the child run shares the parent's ledger for its own calls). Limits: the
 ledger knows calls, not the world; a tool that is killed mid-effect leaves an uncertain call for a
-person; and copies of a state must share one ledger (the same file or database) to be seen.
+person; and copies of a state must share one ledger (the same file or database) to be seen. The
+ledger grows by one row per guarded call: `Ledger.prune` forgets results older than the states you
+keep.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class LedgerEntry:
     heartbeat_at: float
     tool: str
     result_json: str | None = None
+    recorded_at: float | None = None
 
     @property
     def result(self) -> ToolResult | None:
@@ -178,6 +181,10 @@ class Ledger(ABC):
     @abstractmethod
     def _delete(self, run_id: str, call_id: str, token: str) -> None:
         """Remove the call's unrecorded row held by `token` (a claim given back)."""
+
+    @abstractmethod
+    def _prune(self, before: float) -> int:
+        """Remove the rows recorded before `before`; how many."""
 
     async def _io(self, fn: Any, *args: Any) -> Any:
         """Row operations may wait on a database lock: never on the event loop's thread."""
@@ -270,6 +277,18 @@ class Ledger(ABC):
         finally:
             self.abandon(claim)
 
+    async def prune(self, *, older_than_s: float) -> int:
+        """Forget the results recorded more than `older_than_s` seconds ago; returns how many.
+
+        The ledger otherwise grows by a row per call with side effects. Claims without a record stay
+        (their outcome is unknown). A copy of a state older than that, with those calls still open,
+        would run them again: prune only past the time you keep saved states for.
+        """
+        if isinstance(older_than_s, bool) or not isinstance(older_than_s, int | float) or older_than_s < 0:
+            raise ConfigurationError(f"older_than_s must be a non-negative number, not {older_than_s!r}")
+        removed: int = await self._io(self._prune, time.time() - older_than_s)
+        return removed
+
     def abandon(self, claim: Claim) -> None:
         """Stop holding a claim and leave its row as it is: without a result, it reads as orphaned."""
         with _LIVE_LOCK:
@@ -328,13 +347,20 @@ class MemoryLedger(Ledger):
         return self._change(entry.run_id, entry.call_id, old_token, lambda _row: entry)
 
     def _record(self, run_id: str, call_id: str, token: str, result_json: str, now: float) -> bool:
-        return self._change(run_id, call_id, token, lambda row: replace(row, result_json=result_json))
+        return self._change(run_id, call_id, token, lambda row: replace(row, result_json=result_json, recorded_at=now))
 
     def _touch(self, run_id: str, call_id: str, token: str, now: float) -> None:
         self._change(run_id, call_id, token, lambda row: replace(row, heartbeat_at=now))
 
     def _delete(self, run_id: str, call_id: str, token: str) -> None:
         self._change(run_id, call_id, token, None)
+
+    def _prune(self, before: float) -> int:
+        with self._lock:
+            old = [k for k, row in self._rows.items() if row.recorded_at is not None and row.recorded_at < before]
+            for key in old:
+                del self._rows[key]
+            return len(old)
 
     def entries(self) -> list[LedgerEntry]:
         """Every row (for tests and inspection)."""

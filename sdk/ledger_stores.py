@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS parley_ledger (
     PRIMARY KEY (run_id, call_id)
 )
 """
-_COLUMNS = "run_id, call_id, token, host, pid, claimed_at, heartbeat_at, tool, result_json"
+_COLUMNS = "run_id, call_id, token, host, pid, claimed_at, heartbeat_at, tool, result_json, recorded_at"
 _UNRECORDED = "run_id = ? AND call_id = ? AND token = ? AND result_json IS NULL"
 
 
@@ -83,7 +83,7 @@ class SQLiteLedger(Ledger):
 
     def _insert(self, entry: LedgerEntry) -> bool:
         cursor = self._run(
-            f"INSERT OR IGNORE INTO parley_ledger ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+            f"INSERT OR IGNORE INTO parley_ledger ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
             (
                 entry.run_id,
                 entry.call_id,
@@ -135,6 +135,9 @@ class SQLiteLedger(Ledger):
 
     def _delete(self, run_id: str, call_id: str, token: str) -> None:
         self._run(f"DELETE FROM parley_ledger WHERE {_UNRECORDED}", (run_id, call_id, token))
+
+    def _prune(self, before: float) -> int:
+        return self._run("DELETE FROM parley_ledger WHERE recorded_at < ?", (before,)).rowcount
 
     def close(self) -> None:
         with self._lock:
@@ -228,6 +231,11 @@ class SQLAlchemyLedger(Ledger):
     def _delete(self, run_id: str, call_id: str, token: str) -> None:
         with self._begin() as conn:
             conn.execute(self.table.delete().where(self._unrecorded(run_id, call_id, token)))
+
+    def _prune(self, before: float) -> int:
+        with self._begin() as conn:
+            done = conn.execute(self.table.delete().where(self.table.c.recorded_at < before))
+        return int(done.rowcount)
 
 
 def session_ledger(session: Any) -> Ledger | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from parley import RunState, SQLiteSession
+from parley import RunState, SQLiteSession, ToolResult
 from parley.errors import CallInProgressError, ConfigurationError
 from parley.ledger import HOST, LedgerEntry, MemoryLedger, default_path, resolve_ledger
 from parley.ledger_stores import SQLiteLedger
@@ -278,6 +278,20 @@ def test_the_sqlalchemy_ledger_claims_and_records_once(tmp_path: Path) -> None:
     assert sent(log) == ["main mail_1"]
     entry = ledger._get(state.trace_id, "mail_1")
     assert entry is not None and entry.result is not None and entry.host == HOST and entry.pid == os.getpid()
+    assert asyncio.run(ledger.prune(older_than_s=3600)) == 0 and asyncio.run(ledger.prune(older_than_s=0)) == 1
+
+
+async def test_prune_forgets_old_results_and_keeps_claims_without_one(tmp_path: Path) -> None:
+    for ledger in (MemoryLedger(), SQLiteLedger(tmp_path / "ledger.sqlite3")):
+        done = await ledger.claim("run", "done", tool="t")
+        await ledger.record(done, ToolResult(call_id="done", name="t", content="ok"))
+        open_claim = await ledger.claim("run", "open", tool="t")
+        ledger.abandon(open_claim)  # its outcome is unknown: never pruned
+        assert await ledger.prune(older_than_s=60) == 0
+        assert await ledger.prune(older_than_s=0) == 1
+        assert await ledger.lookup("run", "done") is None and ledger._get("run", "open") is not None
+        with pytest.raises(ConfigurationError):
+            await ledger.prune(older_than_s=-1)
 
 
 # -- beside tool calls: handoffs and guardrail verdicts ---------------------------------------------------
