@@ -321,8 +321,11 @@ def main() -> None:
         print(f"llama-bench not found at {args.llama_bench}: build it from the llama.cpp sources the "
               "llama-cpp-python sdist carries (see benchmarks/serve_vs_peers.py); parley's side only",
               file=sys.stderr)
-    results = [run_threads(args, m.strip(), int(t), path)
-               for m in args.modes.split(",") for t in args.threads.split(",")]
+    results = []
+    for m in args.modes.split(","):
+        for t in args.threads.split(","):
+            results.append(run_threads(args, m.strip(), int(t), path))
+            print(f"done: {json.dumps(results[-1])}", file=sys.stderr, flush=True)  # survives an interrupted run
     report(results)
 
 
