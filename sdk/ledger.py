@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -103,7 +104,13 @@ class LedgerEntry:
 
     @property
     def result(self) -> ToolResult | None:
-        return None if self.result_json is None else ToolResult.model_validate_json(self.result_json)
+        return None if self.result_json is None else ToolResult.model_validate(json.loads(self.result_json))
+
+
+def result_json(result: ToolResult) -> str:
+    """A result as the ledger stores it: ASCII JSON, so text the run may still refuse to store elsewhere
+    (a lone surrogate from a tool) is recorded as faithfully as the rest: the call did run."""
+    return json.dumps(result.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -260,7 +267,7 @@ class Ledger(ABC):
         the other holder recorded first, is it theirs.)"""
         try:
             done = await self._io(
-                self._record, claim.run_id, claim.call_id, claim.token, result.model_dump_json(), time.time()
+                self._record, claim.run_id, claim.call_id, claim.token, result_json(result), time.time()
             )
             if done:
                 return result

@@ -294,6 +294,14 @@ async def test_prune_forgets_old_results_and_keeps_claims_without_one(tmp_path: 
             await ledger.prune(older_than_s=-1)
 
 
+async def test_a_result_with_a_lone_surrogate_is_recorded_as_it_is(tmp_path: Path) -> None:
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite3")
+    claim = await ledger.claim("run", "c1", tool="t")
+    odd = ToolResult(call_id="c1", name="t", content="half a pair: \ud800")  # the tool ran: keep what it said
+    assert await ledger.record(claim, odd) == odd
+    assert await ledger.lookup("run", "c1") == odd
+
+
 # -- beside tool calls: handoffs and guardrail verdicts ---------------------------------------------------
 
 
