@@ -70,7 +70,8 @@ def _decoder_of(tokenizer: Any) -> Callable[[list[int]], str]:
         and getattr(tokenizer, "clean_up_tokenization_spaces", True) is False
         and callable(getattr(backend, "decode", None))
     ):
-        fast: Callable[[list[int]], str] = lambda ids: backend.decode(ids, skip_special_tokens=False)  # noqa: E731
+        rust_decode = backend.decode  # bound here: a closure would lose mypy's narrowing of `backend`
+        fast: Callable[[list[int]], str] = lambda ids: rust_decode(ids, skip_special_tokens=False)  # noqa: E731
         return fast
     return lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False))
 
