@@ -4,10 +4,11 @@ A step produces a delta for every running request. Handing each over with its ow
 `loop.call_soon_threadsafe` costs the engine thread one self-pipe write per request per token, and
 each write can wake the event loop's thread, which then takes the GIL from the engine thread
 mid-step: with 16 streams that is up to 16 GIL hand-offs per step, each a scheduling delay on a
-busy machine (the in-process `Engine.stream` ran about 20 % below `Engine.generate` on 16 x 48
-tokens for this reason alone). So the engine thread puts a stream's items in the `Outbox` during a
+busy machine. So the engine thread puts a stream's items in the `Outbox` during a
 step and `flush`es once at its end: one `call_soon_threadsafe` per event loop, carrying every item
-of the step, which the loop hands to each `LoopSink` in order.
+of the step, which the loop hands to each `LoopSink` in order. (16 streams x 48 tokens, q4, 2 cores,
+old and new path side by side: the event loop's CPU per token fell from 0.12 to 0.045 ms in process,
+and from 0.50 to 0.36 ms in `parley serve`.)
 
 A `LoopSink` lives on its loop's thread only (no lock). When its consumer is behind, consecutive
 deltas merge into one (`merge_deltas`, as vLLM's output collector does), so a slow consumer does
