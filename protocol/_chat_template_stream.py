@@ -58,7 +58,7 @@ def _decoder_of(tokenizer: Any) -> Callable[[list[int]], str]:
     (`TokenizersBackend`) add nothing to the Rust result unless `clean_up_tokenization_spaces` is set,
     so for one whose `decode` is not overridden the backend is called directly.
     """
-    backend = getattr(tokenizer, "_tokenizer", None)
+    backend: Any = getattr(tokenizer, "_tokenizer", None)
     module = sys.modules.get("transformers.tokenization_utils_tokenizers")
     base = getattr(module, "TokenizersBackend", None) if module is not None else None
     cls = type(tokenizer)
@@ -70,8 +70,7 @@ def _decoder_of(tokenizer: Any) -> Callable[[list[int]], str]:
         and getattr(tokenizer, "clean_up_tokenization_spaces", True) is False
         and callable(getattr(backend, "decode", None))
     ):
-        rust_decode = backend.decode  # bound here: a closure would lose mypy's narrowing of `backend`
-        fast: Callable[[list[int]], str] = lambda ids: rust_decode(ids, skip_special_tokens=False)  # noqa: E731
+        fast: Callable[[list[int]], str] = lambda ids: backend.decode(ids, skip_special_tokens=False)  # noqa: E731
         return fast
     return lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False))
 
