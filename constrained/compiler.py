@@ -4,16 +4,17 @@ JSON specs — a `JsonSchema`, and a `ToolCalls`' call schema (every tool's para
 schema alike — are first prepared by one code path (`parley.constrained.schema_prep`): checked,
 `$ref`s made robust, patterns rewritten.
 
-Backend choice ("auto") is a function of the spec alone: xgrammar whenever it can compile the spec;
-outlines only when xgrammar raises `UnsupportedSpecError` (EBNF grammars never leave xgrammar).
-outlines is not preferred where it would enforce more keywords: it over-constrains (extra object keys
-are always forbidden, `any_order` is ignored) and would reject valid instances xgrammar accepts. A
-deadline or memory failure (`CompileLimitError`, e.g. outlines' memory-capped index worker) is raised,
-never a reason to switch backends, so which backend compiles a spec does not depend on the machine or
-its load. Whatever the chosen backend does not enforce (each backend's list: its keyword rules plus
-what its converter never reads where it stands, see `parley.constrained.dispatch`) is never dropped
-silently: it is recorded in `Matcher.warnings` (and logged) and `Matcher.needs_validation` is set, so
-outputs are validated after generation. An explicit backend never falls back: its failure is raised.
+Backend choice ("auto") is a function of the spec alone (`parley.constrained.choice`): backends that
+would reject valid values of the spec are not tried, the rest are ranked by how few keyword uses they
+leave to validation, and the ranking is recorded in `Matcher.choice`. A backend raising
+`UnsupportedSpecError` hands over to the next; a deadline or memory failure (`CompileLimitError`,
+e.g. outlines' memory-capped index worker) is raised, never a reason to switch backends, so which
+backend compiles a spec does not depend on the machine or its load. Whatever the chosen backend does
+not enforce (each backend's list: its keyword rules, what its converter never reads where it stands,
+see `parley.constrained.dispatch`, and what the differential tests caught it rejecting wrongly) is
+never dropped silently: it is recorded in `Matcher.warnings` (and logged) and
+`Matcher.needs_validation` is set, so outputs are validated after generation. An explicit backend
+never falls back: its failure is raised.
 
 Compiles run in a daemon thread joined with a timeout (`timeout_s`), and specs larger than
 `max_spec_bytes` are refused up front, so a pathological schema costs at most the deadline — it
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from parley.constrained.backends.base import CompiledGrammar, GrammarBackend, JsonOptions
+from parley.constrained.choice import Ranking, rank
 from parley.constrained.errors import (
     CompileLimitError,
     InvalidRegexError,
@@ -47,7 +49,8 @@ from parley.constrained.schema_support import KeywordUse, pattern_mentions_escap
 from parley.constrained.specs import Choice, Grammar, JsonSchema, Regex, Spec, ToolCalls
 from parley.constrained.tokenizer_info import TokenizerInfo, tokenizer_info
 
-BackendName = Literal["auto", "xgrammar", "outlines"]
+BackendName = Literal["auto", "xgrammar", "outlines", "llguidance"]
+BACKENDS = ("xgrammar", "outlines", "llguidance")
 logger = logging.getLogger("parley.constrained")
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -62,6 +65,7 @@ class CompiledSpec:
     backend: str
     warnings: tuple[str, ...]
     needs_validation: bool
+    choice: str = ""
 
 
 class CompileCache:
@@ -112,13 +116,19 @@ def _backend(name: str, tok: TokenizerInfo, timeout_s: float | None = None) -> G
         from parley.constrained.backends.outlines import OutlinesBackend
 
         return OutlinesBackend(tok, timeout_s=timeout_s)
-    raise InvalidSpecError(f"unknown backend {name!r} (expected 'auto', 'xgrammar' or 'outlines')")
+    if name == "llguidance":
+        from parley.constrained.backends.llguidance import LLGuidanceBackend
+
+        return LLGuidanceBackend(tok)
+    raise InvalidSpecError(f"unknown backend {name!r} (expected 'auto', {', '.join(map(repr, BACKENDS))})")
 
 
 def _unenforced(name: str, parts: list[JsonPart], options: JsonOptions) -> list[KeywordUse]:
     """What backend `name` would not enforce in the prepared documents, plus what preparing relaxed."""
     if name == "xgrammar":
         from parley.constrained.backends.xgrammar import unenforced
+    elif name == "llguidance":
+        from parley.constrained.backends.llguidance import unenforced
     else:
         from parley.constrained.backends.outlines import unenforced
     out: list[KeywordUse] = []
@@ -154,21 +164,6 @@ def _json_options(spec: JsonSchema | ToolCalls) -> JsonOptions:
     return JsonOptions(spec.whitespace == "compact", spec.max_whitespace, spec.strict, any_order, lengths)
 
 
-def _candidates(requested: str, spec: Spec) -> list[str]:
-    """The backends to try, in order: xgrammar, then outlines only for what xgrammar cannot compile.
-
-    The order depends on nothing but the requested backend and the spec's kind. outlines is never
-    preferred for enforcing more keywords: it over-constrains (it forbids extra object keys whatever
-    `additionalProperties` says, and ignores `any_order`), so it would reject valid instances that
-    xgrammar accepts (MaskBench Github_easy o90313: reordered keys).
-    """
-    if requested != "auto":
-        return [requested]
-    if isinstance(spec, Grammar):
-        return ["xgrammar"]
-    return ["xgrammar", "outlines"]
-
-
 def _compile_uncached(
     spec: Spec, tok: TokenizerInfo, requested: str, timeout_s: float | None, max_spec_bytes: int | None
 ) -> CompiledSpec:
@@ -190,10 +185,15 @@ def _compile_uncached(
 
         raise GrammarSyntaxError("empty grammar")
 
+    options = _json_options(spec) if isinstance(spec, (JsonSchema, ToolCalls)) else None
+    if requested == "auto":
+        ranking = rank(spec, parts, options, _unenforced)
+    else:
+        ranking = Ranking((requested,), ((requested, "requested"),))
     errors: list[UnsupportedSpecError] = []
-    for name in _candidates(requested, spec):
+    for name in ranking.order:
         backend = _backend(name, tok, timeout_s)
-        missing = _unenforced(name, parts, _json_options(spec)) if parts else []  # type: ignore[arg-type]
+        missing = _unenforced(name, parts, options) if parts and options is not None else []
         strip = _strip_set(name, missing)
         work = _builder(backend, spec, [strip_keywords(p.schema, strip, p.label) for p in parts])
         try:
@@ -209,7 +209,9 @@ def _compile_uncached(
         if warnings:
             logger.info("compiled %s with %s; %d keyword(s) not enforced: %s", spec.kind, name, len(warnings),
                         ", ".join(f"{u.keyword}@{u.path}" for u in missing[:8]))  # fmt: skip
-        return CompiledSpec(compiled, name, warnings, bool(warnings))
+        choice = ranking.record(name)
+        logger.debug("backend choice for %s: %s", spec.kind, choice)
+        return CompiledSpec(compiled, name, warnings, bool(warnings), choice)
     if len(errors) == 1:
         raise errors[0]
     detail = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
@@ -247,6 +249,8 @@ def _strip_set(name: str, missing: list[KeywordUse]) -> set[tuple[str, str]]:
         from parley.constrained.backends.xgrammar import LOOKAHEAD, STRIPPED
 
         missing = [u for u in missing if u.reason != LOOKAHEAD]  # a widened pattern is still worth keeping
+    elif name == "llguidance":
+        from parley.constrained.backends.llguidance import STRIPPED
     else:
         from parley.constrained.backends.outlines import STRIPPED
 
@@ -272,8 +276,8 @@ def compile(  # noqa: A001 - the public name the design fixes
     tokenizer's size). Raises `InvalidSpecError` subclasses for malformed specs,
     `UnsupportedSpecError` when no backend can compile it, `CompileLimitError` past the bounds.
     """
-    if backend not in ("auto", "xgrammar", "outlines"):
-        raise InvalidSpecError(f"unknown backend {backend!r} (expected 'auto', 'xgrammar' or 'outlines')")
+    if backend != "auto" and backend not in BACKENDS:
+        raise InvalidSpecError(f"unknown backend {backend!r} (expected 'auto', {', '.join(map(repr, BACKENDS))})")
     if not isinstance(spec, (JsonSchema, Regex, Grammar, Choice, ToolCalls)):
         raise InvalidSpecError(f"not a constrained-decoding spec: {type(spec).__name__}")
     tok = tokenizer_info(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_token_ids)
@@ -290,4 +294,5 @@ def compile(  # noqa: A001 - the public name the design fixes
         tok,
         warnings=entry.warnings,
         needs_validation=entry.needs_validation,
+        choice=entry.choice,
     )

@@ -2,9 +2,10 @@
 
 Wraps a backend matcher with what every backend should have but not all do: a token budget
 (`max_tokens` of the spec; at the bound only stop tokens remain allowed, the matcher reports
-terminated and `exhausted` is set — the output is complete only if `is_completed()` was true), a record of
-warnings (keywords the backend does not enforce) and the `needs_validation` flag that says outputs
-must be checked with `validate` after generation because the mask alone does not guarantee them.
+terminated and `exhausted` is set — the output is complete only if `is_completed()` was true), a
+record of warnings (keywords the backend does not enforce), the recorded backend `choice`, and the
+`needs_validation` flag that says outputs must be checked with `validate` after generation because
+the mask alone does not guarantee them.
 
 Bitmask layout is xgrammar's: int32 words, bit `i % 32` of word `i // 32` set means token `i` is
 allowed; width `ceil(vocab_size / 32)` where vocab_size is the model's logits width.
@@ -35,12 +36,14 @@ class Matcher:
         *,
         warnings: tuple[str, ...] = (),
         needs_validation: bool = False,
+        choice: str = "",
     ) -> None:
         self.spec = spec
         self.backend = backend
         self.tokenizer = tokenizer
         self.warnings = warnings
         self.needs_validation = needs_validation
+        self.choice = choice  # why this backend (see `parley.constrained.choice`)
         self._inner = inner
         self._accepted = 0
         self.exhausted = False

@@ -349,3 +349,9 @@ def pattern_has_lookahead(pattern: str) -> bool:
 def pattern_has_lookbehind_or_backreference(pattern: str) -> bool:
     """Whether a regex uses a lookbehind or a backreference."""
     return bool(_LOOKBEHIND_OR_BACKREF.search(pattern))
+
+
+def admits_fractions(node: Any) -> bool:
+    """Whether a subschema declares the `number` type (so bounds next to it apply to non-integers)."""
+    declared = node.get("type") if isinstance(node, dict) else None
+    return declared == "number" or isinstance(declared, list) and "number" in declared

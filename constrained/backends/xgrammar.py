@@ -27,6 +27,7 @@ from parley.constrained.errors import (
 from parley.constrained.schema_refs import rebase_refs
 from parley.constrained.schema_support import (
     KeywordUse,
+    admits_fractions,
     pattern_has_lookahead,
     pattern_has_lookbehind_or_backreference,
     pattern_mentions_escape,
@@ -53,6 +54,9 @@ SUPPORTED_FORMATS = {
 BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 # xgrammar refuses integer bounds outside the signed 64-bit range ("precision loss at 64-bit boundary").
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Found by tests/constrained/test_differential.py: with a bound on a `number`, xgrammar's range grammar
+# rejects exponents, more than ~6 fractional digits and -0.0 (0.17864000541092698 in [0, 1]).
+FRACTION_BOUNDS = "its bounded-number grammar rejects valid spellings (exponents, long fractions, -0.0)"
 # Why a lookahead is reported but kept: xgrammar reads it as always true, which only widens the pattern.
 LOOKAHEAD = "lookaheads are read as always true"
 # Stripped from the schema before xgrammar sees it (it would enforce them incorrectly or reject them).
@@ -119,6 +123,8 @@ def _keyword_rules(uses: list[KeywordUse], lengths_in_grammar: bool, strict: boo
             out.append(replace(use, reason=LOOKAHEAD))
         elif use.keyword in BOUNDS and _out_of_int64(value):
             out.append(use)
+        elif use.keyword in BOUNDS and admits_fractions(use.schema):
+            out.append(replace(use, reason=FRACTION_BOUNDS))
     return out
 
 

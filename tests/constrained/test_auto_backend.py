@@ -1,4 +1,4 @@
-"""Backend choice on "auto": xgrammar whenever it compiles the spec; outlines only for what it cannot.
+"""Backend choice on "auto": ranked from the spec alone (`parley.constrained.choice`); outlines last.
 
 The choice is a function of the spec alone. It used to prefer outlines where outlines enforced more
 keywords, and to fall back past a deadline or a memory failure, so on MaskBench's
@@ -115,48 +115,65 @@ def test_the_choice_is_the_same_when_the_outlines_worker_fails(
 
 
 TOOLS = [ToolSpec(name="add", parameters={"type": "object", "properties": {"a": {"type": "integer"}}})]
-SPECS: list[Spec] = [
-    Choice(["yes", "no"]),
-    Regex("[a-z]{1,8}"),
-    JsonSchema({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}, "required": ["a"]}),
-    JsonSchema({"type": "array", "items": {"type": "string", "maxLength": 4}, "uniqueItems": True}),
-    JsonSchema({"type": "object", "properties": {"b": {"type": "string"}}}, strict=False),
-    ToolCalls(TOOLS),
-]
+# (spec, the backend auto picks): non-JSON specs try xgrammar first; JSON specs where llguidance and
+# xgrammar leave as many keyword uses to validation go to llguidance (the tie order).
+SPECS: list[tuple[Spec, str]] = [
+    (Choice(["yes", "no"]), "xgrammar"),
+    (Regex("[a-z]{1,8}"), "xgrammar"),
+    (JsonSchema({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}, "required": ["a"]}),
+     "llguidance"),
+    (JsonSchema({"type": "array", "items": {"type": "string", "maxLength": 4}, "uniqueItems": True}), "llguidance"),
+    (JsonSchema({"type": "object", "properties": {"b": {"type": "string"}}}, strict=False), "llguidance"),
+    (ToolCalls(TOOLS), "llguidance"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kind)
-def test_auto_never_asks_outlines_about_a_spec_xgrammar_compiles(
-    smol_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, outlines_builds: list[str], spec: Spec
+@pytest.mark.parametrize(("spec", "expected"), SPECS, ids=lambda s: getattr(s, "kind", s))
+def test_auto_never_asks_outlines_about_a_spec_another_backend_compiles(
+    smol_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, outlines_builds: list[str], spec: Spec, expected: str
 ) -> None:
-    assert compile(spec, smol_tokenizer, cache=CompileCache()).backend == "xgrammar"
+    matcher = compile(spec, smol_tokenizer, cache=CompileCache())
+    assert matcher.backend == expected and matcher.choice.startswith(expected), matcher.choice
     broken_worker(monkeypatch)
-    assert compile(spec, smol_tokenizer, cache=CompileCache()).backend == "xgrammar"
+    assert compile(spec, smol_tokenizer, cache=CompileCache()).backend == expected
     assert outlines_builds == []
 
 
-def test_what_xgrammar_cannot_compile_goes_to_outlines_or_fails_typed(
+def refusing_llguidance(monkeypatch: pytest.MonkeyPatch) -> None:
+    from parley.constrained.backends.llguidance import LLGuidanceBackend
+
+    def refuse(self: LLGuidanceBackend, schema: Any, options: Any) -> Any:
+        raise UnsupportedSpecError("llguidance cannot compile this schema (test double)")
+
+    monkeypatch.setattr(LLGuidanceBackend, "json_schema", refuse)
+
+
+def test_what_llguidance_and_xgrammar_cannot_compile_goes_to_outlines_or_fails_typed(
     smol_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = JsonSchema({"type": "integer", "minimum": 0.5})  # xgrammar refuses a fractional integer bound
     with pytest.raises(UnsupportedSpecError):
         compile(spec, smol_tokenizer, backend="xgrammar", cache=CompileCache())
+    assert compile(spec, smol_tokenizer, cache=CompileCache()).backend == "llguidance"
+    refusing_llguidance(monkeypatch)
     assert compile(spec, smol_tokenizer, cache=CompileCache()).backend == "outlines"
     broken_worker(monkeypatch)
     with pytest.raises(CompileLimitError, match="memory cap"):
         compile(spec, smol_tokenizer, cache=CompileCache())
 
 
-def test_an_xgrammar_deadline_is_raised_not_handed_to_outlines(
+def test_a_deadline_is_raised_not_handed_to_the_next_backend(
     smol_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, outlines_builds: list[str]
 ) -> None:
+    from parley.constrained.backends.llguidance import LLGuidanceBackend
     from parley.constrained.backends.xgrammar import XGrammarBackend
 
-    def slow(self: XGrammarBackend, schema: Any, options: Any) -> Any:
+    def slow(self: Any, schema: Any, options: Any) -> Any:
         time.sleep(0.5)
         raise AssertionError("past the deadline: nobody reads this")
 
-    monkeypatch.setattr(XGrammarBackend, "json_schema", slow)
-    with pytest.raises(CompileLimitError, match="with xgrammar"):
+    monkeypatch.setattr(LLGuidanceBackend, "json_schema", slow)
+    monkeypatch.setattr(XGrammarBackend, "json_schema", lambda *a: pytest.fail("xgrammar must not be tried"))
+    with pytest.raises(CompileLimitError, match="with llguidance"):
         compile(JsonSchema({"type": "integer"}), smol_tokenizer, timeout_s=0.05, cache=CompileCache())
     assert outlines_builds == []

@@ -87,19 +87,23 @@ def test_outlines_has_no_grammars_and_explicit_backends_do_not_fall_back(smol_to
 
 
 def test_auto_falls_back_when_xgrammar_cannot_compile(smol_tokenizer: Any) -> None:
-    # xgrammar refuses a fractional bound on an integer; outlines ignores bounds and compiles.
+    # xgrammar refuses a fractional bound on an integer; outlines ignores bounds; llguidance enforces it.
     schema = {"type": "integer", "minimum": 0.5}
     with pytest.raises(UnsupportedSpecError):
         compile(JsonSchema(schema), smol_tokenizer, backend="xgrammar")
+    outlines = compile(JsonSchema(schema), smol_tokenizer, backend="outlines")
+    assert outlines.needs_validation and any("minimum" in w for w in outlines.warnings)
     matcher = compile(JsonSchema(schema), smol_tokenizer)
-    assert matcher.backend == "outlines"
-    assert matcher.needs_validation and any("minimum" in w for w in matcher.warnings)
+    assert matcher.backend == "llguidance" and not matcher.needs_validation
+    assert feed(matcher, smol_tokenizer, "1") and not feed(
+        compile(JsonSchema(schema), smol_tokenizer), smol_tokenizer, "0"
+    )
 
 
 def test_ignored_keywords_are_recorded_not_silently_dropped(smol_tokenizer: Any) -> None:
     schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
     matcher = compile(JsonSchema(schema), smol_tokenizer)
-    assert matcher.backend == "xgrammar"
+    assert matcher.backend == "llguidance"
     assert matcher.needs_validation and any("uniqueItems" in w and "$" in w for w in matcher.warnings)
     clean = compile(JsonSchema({"type": "array", "items": {"type": "integer"}}), smol_tokenizer)
     assert not clean.needs_validation and clean.warnings == ()
@@ -114,12 +118,13 @@ def test_patterns_use_json_schema_search_semantics(smol_tokenizer: Any) -> None:
 def test_compact_whitespace_by_default_and_bounded_when_flexible(smol_tokenizer: Any) -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     space = smol_tokenizer.encode(" ", add_special_tokens=False)[0]
-    compact = compile(JsonSchema(schema), smol_tokenizer)
+    # xgrammar: llguidance masks the lone "{" token (only the canonical '{"' follows), see its module
+    compact = compile(JsonSchema(schema), smol_tokenizer, backend="xgrammar")
     assert feed(compact, smol_tokenizer, "{", complete=False)
     mask = compact.allocate_bitmask()
     compact.fill_next_token_bitmask(mask)
     assert not token_allowed(mask, space)
-    flexible = compile(JsonSchema(schema, whitespace="flexible", max_whitespace=2), smol_tokenizer)
+    flexible = compile(JsonSchema(schema, whitespace="flexible", max_whitespace=2), smol_tokenizer, backend="xgrammar")
     assert feed(flexible, smol_tokenizer, "{", complete=False)
     assert flexible.accept_token(space) and flexible.accept_token(space)
     assert not flexible.accept_token(space)
@@ -207,9 +212,9 @@ def test_string_lengths_bound_generation_or_go_to_validation(smol_tokenizer: Any
     relaxed = compile(JsonSchema(schema, string_lengths="validate"), smol_tokenizer, backend="xgrammar")
     assert relaxed.needs_validation and any("maxLength" in w for w in relaxed.warnings)
     assert feed(relaxed, smol_tokenizer, '"a\\nbcd"')
-    # auto stays on xgrammar: the caller chose validation for lengths, so outlines enforcing them is no reason to switch
+    # the caller chose validation for lengths: auto never picks outlines to enforce them (it forbids extra keys)
     auto = compile(JsonSchema(schema, string_lengths="validate"), smol_tokenizer)
-    assert auto.backend == "xgrammar" and auto.needs_validation
+    assert auto.backend != "outlines" and auto.needs_validation
 
 
 @pytest.mark.parametrize("backend", ["xgrammar", "outlines"])

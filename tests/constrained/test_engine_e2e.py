@@ -57,7 +57,7 @@ class Verdict(BaseModel):
 
 
 class Recipe(BaseModel):
-    title: str
+    title: str = Field(max_length=60)  # unbounded, greedy SmolLM2 can repeat "-Lemon-Yeast-Batter" to max_tokens
     servings: int = Field(ge=1, le=12)
     steps: list[str] = Field(min_length=1, max_length=3)
 

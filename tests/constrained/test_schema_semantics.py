@@ -51,8 +51,12 @@ def test_pattern_properties_admit_other_keys_unless_strict(smol_tokenizer: Any) 
     # additionalProperties absent = true: a key outside the pattern is allowed (Github_hard o14390, o61781)
     schema = {"type": "object", "patternProperties": {"^[a-f0-9]+$": {"type": "integer"}}}
     assert accepts(smol_tokenizer, schema, {"abc": 1, "project1": "x"})
-    matcher = compile(JsonSchema(schema, strict=False), smol_tokenizer, cache=CompileCache())
-    assert matcher.needs_validation and any("patternProperties" in w for w in matcher.warnings)
+    # xgrammar would admit only pattern keys: it leaves them to validation; llguidance enforces them exactly
+    xgr = compile(JsonSchema(schema, strict=False), smol_tokenizer, backend="xgrammar", cache=CompileCache())
+    assert xgr.needs_validation and any("patternProperties" in w for w in xgr.warnings)
+    auto = compile(JsonSchema(schema, strict=False), smol_tokenizer, cache=CompileCache())
+    assert auto.backend == "llguidance" and not auto.needs_validation
+    assert not feed(auto, smol_tokenizer, '{"abc":"x"}')
     assert not accepts(smol_tokenizer, schema, {"abc": 1, "project1": "x"}, strict=True)
 
 
@@ -74,8 +78,10 @@ def test_patterns_naming_a_backslash_or_quote_go_to_validation(
 
 def test_patterns_without_escapes_stay_in_the_grammar(smol_tokenizer: Any) -> None:
     matcher = compile(JsonSchema({"type": "string", "pattern": r"^\d+\.dll$"}), smol_tokenizer, cache=CompileCache())
-    assert matcher.backend == "xgrammar" and not matcher.needs_validation
+    assert matcher.backend == "llguidance" and not matcher.needs_validation
     assert not feed(matcher, smol_tokenizer, '"x.dll"')
+    matcher.reset()
+    assert feed(matcher, smol_tokenizer, '"12.dll"')
 
 
 def test_absolute_uri_references_are_accepted(smol_tokenizer: Any) -> None:
@@ -85,16 +91,16 @@ def test_absolute_uri_references_are_accepted(smol_tokenizer: Any) -> None:
     assert accepts(smol_tokenizer, schema, {"$id": "../other.json"})
 
 
-def test_integer_bounds_past_64_bits_stay_on_xgrammar_and_go_to_validation(smol_tokenizer: Any) -> None:
-    # xgrammar refuses them; falling back to outlines would forbid the extra keys this schema admits
-    # (Snowplow sp_160)
+def test_integer_bounds_past_64_bits_go_to_validation_never_to_outlines(smol_tokenizer: Any) -> None:
+    # xgrammar refuses them and llguidance's numbers are 64-bit; outlines would forbid the extra keys
+    # this schema admits (Snowplow sp_160)
     schema = {
         "type": "object",
         "additionalProperties": True,
         "properties": {"experimentId": {"type": ["integer", "null"], "minimum": 0, "maximum": 9223372036854776000}},
     }
     matcher = compile(JsonSchema(schema, strict=False), smol_tokenizer, cache=CompileCache())
-    assert matcher.backend == "xgrammar"
+    assert matcher.backend in ("llguidance", "xgrammar")
     assert matcher.needs_validation and any("'maximum'" in w for w in matcher.warnings)
     assert not any("'minimum'" in w for w in matcher.warnings)  # in range: still enforced
     assert accepts(smol_tokenizer, schema, {"experimentId": 123456789, "extra": "x"})

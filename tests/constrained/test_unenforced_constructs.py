@@ -34,7 +34,7 @@ def admits(tokenizer: Any, matcher: Any, text: str) -> bool:
     return feed(matcher, tokenizer, text)
 
 
-@pytest.mark.parametrize("backend", ["auto", "xgrammar", "outlines"])
+@pytest.mark.parametrize("backend", ["xgrammar", "outlines"])
 @pytest.mark.parametrize("strict", [True, False])
 def test_required_only_branches_are_flagged_and_violations_caught(
     smol_tokenizer: Any, backend: str, strict: bool
@@ -47,6 +47,14 @@ def test_required_only_branches_are_flagged_and_violations_caught(
         matcher.validate("{}")
     assert failed.value.keyword == "anyOf"
     assert matcher.validate('{"b":"x"}') == {"b": "x"}
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_auto_enforces_required_only_branches_exactly_with_llguidance(smol_tokenizer: Any, strict: bool) -> None:
+    matcher = compiled(smol_tokenizer, JsonSchema(REQUIRED_BRANCHES, strict=strict))
+    assert matcher.backend == "llguidance" and not matcher.needs_validation, matcher.choice
+    assert not admits(smol_tokenizer, matcher, "{}")
+    assert admits(smol_tokenizer, matcher, '{"b":"x"}') and admits(smol_tokenizer, matcher, '{"a":"x","b":"y"}')
 
 
 @pytest.mark.parametrize(
@@ -187,8 +195,7 @@ def test_tool_arguments_get_the_same_keyword_treatment_as_a_json_schema(smol_tok
 
 
 def test_tool_arguments_are_rewritten_and_stripped_like_a_json_schema(smol_tokenizer: Any) -> None:
-    matcher = compiled(smol_tokenizer, ToolCalls([NOOP, SEARCH]))
-    assert matcher.backend == "xgrammar"
+    matcher = compiled(smol_tokenizer, ToolCalls([NOOP, SEARCH]), "xgrammar")
     args = {"tags": ["x", "x"], "code": "AB", "n": 0, "path": "/etc/x", "item": {"x": 1}}
     call = "<tool_call>" + json.dumps({"name": "search", "arguments": args}, separators=(",", ":")) + "</tool_call>"
     # search semantics for "^/" (a full match would refuse "/etc/x"), the $ref resolved inside the
@@ -206,7 +213,8 @@ def test_tool_arguments_are_rewritten_and_stripped_like_a_json_schema(smol_token
 
 def test_tool_calls_with_an_answer_validate_the_answer_against_its_schema(smol_tokenizer: Any) -> None:
     spec = ToolCalls([NOOP], answer_schema=REQUIRED_BRANCHES)
-    matcher = compiled(smol_tokenizer, spec)
+    assert not admits(smol_tokenizer, compiled(smol_tokenizer, spec), "{}")  # auto: llguidance enforces it
+    matcher = compiled(smol_tokenizer, spec, "xgrammar")
     assert admits(smol_tokenizer, matcher, "{}") and matcher.needs_validation
     with pytest.raises(ValidationFailed) as failed:
         matcher.validate("{}")

@@ -1,0 +1,136 @@
+"""Backend "auto": which backend compiles a spec, ranked by what the differential tests proved.
+
+The ranking is a function of the spec alone (never of the machine, its load or a compile that timed
+out), and it is recorded on the matcher (`Matcher.choice`), so a surprising choice can be read back.
+
+For a JSON spec every backend is scored on the prepared documents:
+
+1. A backend that would reject valid values and cannot be told not to is *ineligible*
+   (`over_constrained`): llguidance and outlines-core generate properties in schema order (a spec
+   with `any_order` and an object of several properties), outlines-core forbids extra object keys
+   whatever `additionalProperties` says (tests/constrained/test_differential.py found its false
+   rejections on every schema that admits extra keys). Such a backend is not tried at all.
+2. outlines-core comes after every other eligible backend, whatever it enforces: the differential
+   tests caught it rejecting valid values on 11 of the 26 isolated constructs (extra keys, string
+   lengths with escapes, `date-time`, `allOf` read as a concatenation...), so it is a last resort.
+3. Then a backend that enforces something at a price in reachable values (`costly`: xgrammar's
+   length-bounded strings cannot hold escapes) comes after one that does not.
+4. Among the rest, the fewest keyword uses left to validation wins (each backend's `unenforced`:
+   what it cannot express, plus what the differential tests caught it rejecting wrongly — those
+   uses are stripped from its grammar and checked after generation instead).
+5. Ties go by `ORDER`: llguidance (no false rejection on any construct the tests isolate once its
+   numeric bounds are left to validation), then xgrammar.
+
+Non-JSON specs keep the earlier order: EBNF grammars only compile on xgrammar, regexes and choices
+try xgrammar, llguidance, then outlines-core. A backend that raises `UnsupportedSpecError` hands
+over to the next in the ranking; any other failure (a deadline) is raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from parley.constrained.backends.base import JsonOptions
+from parley.constrained.schema_prep import JsonPart
+from parley.constrained.schema_support import KeywordUse, iter_subschemas
+from parley.constrained.specs import Grammar, JsonSchema, Spec, ToolCalls
+
+ORDER = ("llguidance", "xgrammar", "outlines")
+NON_JSON_ORDER = ("xgrammar", "llguidance", "outlines")
+
+Unenforced = Callable[[str, list[JsonPart], JsonOptions], list[KeywordUse]]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The backends to try, best first, and one line per backend saying why it stands where it does."""
+
+    order: tuple[str, ...]
+    reasons: tuple[tuple[str, str], ...]
+
+    def record(self, chosen: str) -> str:
+        """What `Matcher.choice` says once `chosen` compiled the spec."""
+        why = dict(self.reasons)
+        others = "; ".join(f"{name}: {text}" for name, text in self.reasons if name != chosen)
+        return f"{chosen} ({why.get(chosen, 'requested')})" + (f"; {others}" if others else "")
+
+
+def _schema_order(parts: list[JsonPart], backend: str) -> list[KeywordUse]:
+    out = []
+    for part in parts:
+        for path, node in iter_subschemas(part.schema, part.label):
+            props = node.get("properties")
+            if isinstance(props, dict) and len(props) > 1:
+                reason = f"{backend} generates properties in schema order; any_order would be ignored"
+                out.append(KeywordUse("properties", path, node, reason))
+    return out
+
+
+def _extra_keys(parts: list[JsonPart], strict: bool) -> list[KeywordUse]:
+    out = []
+    for part in parts:
+        for path, node in iter_subschemas(part.schema, part.label):
+            if "properties" not in node and node.get("type") != "object":
+                continue
+            extra = node.get("additionalProperties", not strict)
+            if extra is not False:
+                reason = "outlines-core forbids extra keys whatever additionalProperties says"
+                out.append(KeywordUse("additionalProperties", path, node, reason))
+    return out
+
+
+def over_constrained(backend: str, parts: list[JsonPart], options: JsonOptions) -> list[KeywordUse]:
+    """Uses that `backend` would enforce more strictly than the schema says (valid values rejected)."""
+    out: list[KeywordUse] = []
+    if backend in ("llguidance", "outlines") and options.any_order:
+        out += _schema_order(parts, backend)
+    if backend == "outlines":
+        out += _extra_keys(parts, options.strict)
+    return out
+
+
+def _bounded_strings(parts: list[JsonPart]) -> list[KeywordUse]:
+    out = []
+    for part in parts:
+        for path, node in iter_subschemas(part.schema, part.label):
+            if {"minLength", "maxLength"} & node.keys() and not {"pattern", "format"} & node.keys():
+                out.append(KeywordUse("maxLength" if "maxLength" in node else "minLength", path, node))
+    return out
+
+
+def costly(backend: str, parts: list[JsonPart], options: JsonOptions) -> list[KeywordUse]:
+    """Uses that `backend` enforces at a documented price in reachable values (a reason to rank it lower).
+
+    xgrammar with `string_lengths="grammar"` forbids escape sequences in length-bounded strings
+    (`"\\u0010"` under maxLength 5 is rejected); llguidance counts them right.
+    """
+    if backend == "xgrammar" and options.lengths_in_grammar:
+        return _bounded_strings(parts)
+    return []
+
+
+def rank(spec: Spec, parts: list[JsonPart], options: JsonOptions | None, unenforced: Unenforced) -> Ranking:
+    """The ranking of module docstring for `spec` (`parts`: its prepared JSON documents, if any)."""
+    if isinstance(spec, Grammar):
+        return Ranking(("xgrammar",), (("xgrammar", "the only backend with EBNF grammars"),))
+    if not isinstance(spec, (JsonSchema, ToolCalls)) or options is None:
+        return Ranking(NON_JSON_ORDER, tuple((name, "fixed order for non-JSON specs") for name in NON_JSON_ORDER))
+    scored: list[tuple[bool, int, int, int, str, str]] = []
+    reasons: list[tuple[str, str]] = []
+    for position, name in enumerate(ORDER):
+        over = over_constrained(name, parts, options)
+        if over:
+            first = over[0]
+            reasons.append((name, f"ineligible: {first.reason} ({first.keyword} at {first.path})"))
+            continue
+        missing = unenforced(name, parts, options)
+        price = len(costly(name, parts, options))
+        text = f"{len(missing)} keyword use(s) left to validation"
+        text += (f", {price} use(s) enforced at a price in reachable values" if price else "") + (
+            ", last resort" if name == "outlines" else ""
+        )
+        scored.append((name == "outlines", min(price, 1), len(missing), position, name, text))
+    scored.sort()
+    ranked = [(name, text) for *_, name, text in scored]
+    return Ranking(tuple(name for name, _ in ranked), tuple(ranked + reasons))

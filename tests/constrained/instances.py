@@ -1,0 +1,241 @@
+"""Instances for differential tests of the backends: valid ones from hypothesis-jsonschema, invalid ones by mutation.
+
+Why both kinds: a matcher must accept every valid instance (a false rejection is a valid answer the
+model can never give) and reject every invalid one whose violated keyword it claims to enforce (a
+false acceptance the compile did not warn about is a silently dropped constraint).
+
+Generation is deterministic (`derandomize=True`, no example database): the same schema gives the same
+instances on every run and machine. Valid instances are re-checked with `jsonschema` (formats
+included) and kept only if valid; objects are serialised with their keys in the schema's property
+order (as MaskBench does), so backends that generate properties in schema order are compared fairly.
+Invalid instances are single mutations of a valid one (a key dropped or added, a value replaced by one
+of another type or pushed past a bound), kept only if `jsonschema` rejects them; each carries the
+keyword `jsonschema` names as violated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from parley.constrained.schema_refs import MISSING, resolve_ref
+
+
+@dataclass(frozen=True)
+class Instance:
+    text: str
+    valid: bool
+    keyword: str = ""  # for invalid instances: the keyword jsonschema reports as violated
+
+
+def _ecma_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    """`pattern` with ECMA-262's ASCII `\\w`, `\\d`, `\\s` (Python's `re` is Unicode-aware)."""
+    from jsonschema.exceptions import ValidationError
+
+    if isinstance(instance, str) and not re.search(pattern, instance, re.ASCII):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def validator(schema: Any) -> Any:
+    """A `jsonschema` validator for `schema`, formats checked and patterns read as ECMA-262 does.
+
+    JSON Schema specifies ECMA-262 regexes, where `\\w` is `[A-Za-z0-9_]`; the backends agree.
+    Python's `re` also matches `"Ń"` with `\\w`, so hypothesis-jsonschema draws such strings and
+    `jsonschema` calls them valid (Github_medium o42527 `provider`): they are not valid instances here.
+    """
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    ecma = jsonschema.validators.extend(cls, {"pattern": _ecma_pattern})
+    return ecma(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+class _LegacyMany:
+    """The `more()`/`reject()` element loop hypothesis-jsonschema 0.23.1 expects from `cu.many`.
+
+    Hypothesis 6.16x replaced it with a context manager, so drawing any object schema raised
+    AttributeError; this keeps the old protocol on top of `draw_boolean` (shrinking is not needed:
+    instances are generated only, never shrunk).
+    """
+
+    def __init__(self, data: Any, min_size: int, max_size: float, average_size: float) -> None:
+        from hypothesis.internal.conjecture.utils import _calc_p_continue
+
+        self.data, self.min_size, self.max_size, self.count = data, min_size, max_size, 0
+        self.p_continue = _calc_p_continue(average_size - min_size, max_size - min_size)
+
+    def more(self) -> bool:
+        if self.count < self.min_size:
+            go = True
+        elif self.count >= self.max_size:
+            go = False
+        else:
+            go = bool(self.data.draw_boolean(self.p_continue))
+        self.count += go
+        return go
+
+    def reject(self) -> None:
+        self.count -= 1
+
+
+def _patch_hypothesis_jsonschema() -> None:
+    from hypothesis_jsonschema import _from_schema
+
+    if not hasattr(_from_schema.cu, "many") or hasattr(_from_schema.cu.many, "more"):
+        return
+    import types
+
+    _from_schema.cu = types.SimpleNamespace(**{**vars(_from_schema.cu), "many": _LegacyMany})
+
+
+def generate(schema: Any, count: int) -> list[Any]:
+    """Up to `count` distinct values hypothesis-jsonschema draws for `schema` (empty if it cannot)."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis.errors import HypothesisException
+    from hypothesis_jsonschema import from_schema
+
+    _patch_hypothesis_jsonschema()
+
+    drawn: list[Any] = []
+
+    @settings(
+        max_examples=count, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )  # fmt: skip
+    @given(value=from_schema(schema))
+    def collect(value: Any) -> None:
+        drawn.append(value)
+
+    try:
+        collect()
+    except (HypothesisException, RecursionError, ValueError, TypeError, KeyError, AssertionError):
+        return []  # a schema hypothesis-jsonschema cannot read: no instances, not a failure
+    seen: set[str] = set()
+    out = []
+    for value in drawn:
+        key = json.dumps(value, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(value)
+    return out
+
+
+def _property_order(root: Any, node: Any, depth: int = 0) -> list[str]:
+    if not isinstance(node, dict) or depth > 8:
+        return []
+    if "$ref" in node:
+        target = resolve_ref(root, node["$ref"])
+        head = [] if target is MISSING else _property_order(root, target, depth + 1)
+    else:
+        head = []
+    props = node.get("properties")
+    names = head + (list(props) if isinstance(props, dict) else [])
+    for key in ("allOf", "anyOf", "oneOf"):
+        for branch in node.get(key, []) if isinstance(node.get(key), list) else []:
+            names += _property_order(root, branch, depth + 1)
+    return list(dict.fromkeys(names))
+
+
+def _subschemas_for(root: Any, node: Any, name: str, depth: int = 0) -> list[Any]:
+    """The subschemas that may apply to property `name` of an object matching `node`."""
+    if not isinstance(node, dict) or depth > 8:
+        return []
+    out: list[Any] = []
+    if "$ref" in node:
+        target = resolve_ref(root, node["$ref"])
+        if target is not MISSING:
+            out += _subschemas_for(root, target, name, depth + 1)
+    props = node.get("properties")
+    if isinstance(props, dict) and name in props:
+        out.append(props[name])
+    elif isinstance(node.get("additionalProperties"), dict):
+        out.append(node["additionalProperties"])
+    for key in ("allOf", "anyOf", "oneOf"):
+        for branch in node.get(key, []) if isinstance(node.get(key), list) else []:
+            out += _subschemas_for(root, branch, name, depth + 1)
+    return out
+
+
+def in_schema_order(root: Any, node: Any, value: Any) -> Any:
+    """`value` with object keys in the order the schema lists them (unknown keys last)."""
+    if isinstance(value, list):
+        items = node.get("items") if isinstance(node, dict) else None
+        return [in_schema_order(root, items if isinstance(items, dict) else {}, v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    order = {name: i for i, name in enumerate(_property_order(root, node))}
+    keys = sorted(value, key=lambda k: (order.get(k, len(order)), 0))
+    out = {}
+    for key in keys:
+        subs = _subschemas_for(root, node, key)
+        out[key] = in_schema_order(root, subs[0] if subs else {}, value[key])
+    return out
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+_OTHER_TYPES: list[Any] = ["x", 7, 2.5, True, None, [], {}]
+
+
+def _mutations(value: Any) -> list[Any]:
+    """Single-step mutations of `value` (at the root and one level down)."""
+    out: list[Any] = [v for v in _OTHER_TYPES if type(v) is not type(value)]
+    if isinstance(value, dict):
+        for key in list(value)[:4]:
+            out.append({k: v for k, v in value.items() if k != key})
+            out += [{**value, key: v} for v in _OTHER_TYPES if type(v) is not type(value[key])][:3]
+        out.append({**value, "zz_extra": 1})
+    elif isinstance(value, list):
+        out += [value + value[-1:], value[:-1]] if value else [[0]]
+        out += [[v] + value[1:] for v in _OTHER_TYPES[:3]] if value else []
+    elif isinstance(value, bool):
+        out.append(not value)
+    elif isinstance(value, (int, float)):
+        out += [value + 1, value - 1, -value - 1, value * 1000 + 0.5]
+    elif isinstance(value, str):
+        out += [value + "x", value[:-1], "", value * 3 + "!"]
+    return out
+
+
+def _violated(check: Any, value: Any) -> str | None:
+    errors = list(check.iter_errors(value))
+    if not errors:
+        return None
+    best = min(errors, key=lambda e: len(e.relative_schema_path))
+    return str(best.validator)
+
+
+def instances(schema: Any, count: int, invalid_per_valid: int = 2) -> list[Instance]:
+    """Valid instances (re-checked, in schema order) and invalid mutations of them, deterministic."""
+    check = validator(schema)
+    out: list[Instance] = []
+    seen: set[str] = set()
+    for value in generate(schema, count):
+        try:
+            if not check.is_valid(value):
+                continue
+            text = dumps(in_schema_order(schema, schema, value))
+        except (ValueError, RecursionError):
+            continue
+        if text in seen:
+            continue
+        seen.add(text)
+        out.append(Instance(text, True))
+        made = 0
+        for mutated in _mutations(value):
+            if made >= invalid_per_valid:
+                break
+            try:
+                keyword = _violated(check, mutated)
+                text = dumps(in_schema_order(schema, schema, mutated))
+            except (ValueError, RecursionError):
+                continue
+            if keyword is not None and text not in seen:
+                seen.add(text)
+                out.append(Instance(text, False, keyword))
+                made += 1
+    return out
