@@ -194,8 +194,28 @@ class Ledger(ABC):
         """Remove the rows recorded before `before`; how many."""
 
     async def _io(self, fn: Any, *args: Any) -> Any:
-        """Row operations may wait on a database lock: never on the event loop's thread."""
-        return await asyncio.to_thread(fn, *args)
+        """Row operations may wait on a database lock: never on the event loop's thread. A database's own
+        error comes out as the sessions' typed family (`SessionBusyError`, `SessionCorruptError`, ...)."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except Exception as exc:
+            error = self._store_error(fn, exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    def _store_error(self, fn: Any, exc: Exception) -> Exception | None:
+        from parley.sessions._driver_errors import classify
+        from parley.sessions.errors import SessionStoreError
+
+        kind = classify(exc)
+        if kind is None or isinstance(exc, SessionStoreError):
+            return None
+        where = str(getattr(self, "path", "") or getattr(self, "engine", "") or type(self).__name__)
+        operation = getattr(fn, "__name__", "use").lstrip("_")
+        detail = getattr(exc, "orig", None) or exc
+        return kind(f"the execution ledger {where}: cannot {operation}: {type(detail).__name__}: {detail}",
+                    store=where, operation=operation)
 
     # -- the policy ----------------------------------------------------------------------------------
     def alive(self, entry: LedgerEntry, now: float | None = None) -> bool:

@@ -69,7 +69,15 @@ class SQLiteLedger(Ledger):
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute(SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
+        except sqlite3.Error as exc:  # a foreign or damaged file, a locked one: the sessions' typed family
+            error = self._store_error(self._connection, exc)
+            if error is None:
+                raise
+            raise type(error)(
+                f"{error} (name another file with Agent.run(..., ledger=PATH) or the PARLEY_LEDGER environment "
+                "variable)", store=str(self.path), operation="open",
+            ) from exc
+        except OSError as exc:
             raise ConfigurationError(
                 f"cannot open the execution ledger {str(self.path)!r}: {exc} (name another file with "
                 "Agent.run(..., ledger=PATH) or the PARLEY_LEDGER environment variable)"
@@ -180,7 +188,9 @@ class SQLAlchemyLedger(Ledger):
         if not self._ready:
             with self._lock:
                 if not self._ready and self._create:
-                    self._metadata.create_all(self.engine, checkfirst=True)
+                    from parley.sessions.sqlalchemy_session import create_tables_racing
+
+                    create_tables_racing(self._metadata, self.engine)  # two processes may create it at once
                 self._ready = True
         return self.engine.begin()
 

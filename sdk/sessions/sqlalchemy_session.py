@@ -204,16 +204,7 @@ class SQLAlchemySession(SessionStore):
         self.close()
 
     def _create_tables(self) -> None:
-        sa = _sqlalchemy()
-        for attempt in range(_RETRIES):
-            try:
-                self._tables.metadata.create_all(self.engine, checkfirst=True)
-                return
-            except (sa.exc.ProgrammingError, sa.exc.IntegrityError, sa.exc.OperationalError):
-                # another process created them between our check and our CREATE: look again
-                if attempt == _RETRIES - 1:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
+        create_tables_racing(self._tables.metadata, self.engine)
 
     def _write(self, fn: Callable[[Any, float], T]) -> T:
         """Run `fn(connection, now)` in one transaction holding this session's lock."""
@@ -366,3 +357,18 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.execute("PRAGMA synchronous = FULL")
     finally:
         cursor.close()
+
+
+def create_tables_racing(metadata: Any, engine: Any) -> None:
+    """`metadata.create_all` where other processes may create the same tables at the same moment: a CREATE
+    that loses the race ("already exists") looks again instead of failing (sessions and the ledger)."""
+    sa = _sqlalchemy()
+    for attempt in range(_RETRIES):
+        try:
+            metadata.create_all(engine, checkfirst=True)
+            return
+        except (sa.exc.ProgrammingError, sa.exc.IntegrityError, sa.exc.OperationalError):
+            # another process created them between our check and our CREATE: look again
+            if attempt == _RETRIES - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))

@@ -257,7 +257,9 @@ async def test_an_unopenable_ledger_file_is_a_clear_error(tmp_path: Path) -> Non
     log = tmp_path / "sent.log"
     state = await paused(log)
     state.approve("mail_1")
-    with pytest.raises(ConfigurationError, match="cannot open the execution ledger"):
+    from parley.sessions.errors import SessionUnavailableError
+
+    with pytest.raises(SessionUnavailableError, match="execution ledger .*no-such-folder.*ledger=PATH"):
         await mail_agent(log).run(state=state, ledger=tmp_path / "no-such-folder" / "ledger.db")
     assert sent(log) == []
 
@@ -387,3 +389,29 @@ def test_eight_threads_resuming_a_parent_whose_child_paused_send_once(tmp_path: 
         thread.join(60)
     assert sent(counter) == ["main mail_1"]  # the child's send, once
     assert outputs == ["Done. Mailer: sent to ada@example.com"] * 8
+
+
+def test_a_ledger_database_that_fails_raises_the_sessions_typed_errors(tmp_path: Path) -> None:
+    import sqlite3
+
+    from parley.sessions.errors import SessionBusyError, SessionCorruptError
+
+    foreign = tmp_path / "foreign.sqlite3"
+    foreign.write_bytes(b"this is not a database at all" * 200)
+    ledger = SQLiteLedger(foreign)
+    with pytest.raises(SessionCorruptError) as info:
+        asyncio.run(ledger.prune(older_than_s=0))
+    assert "foreign.sqlite3" in str(info.value)
+
+    path = tmp_path / "ledger.sqlite3"
+    busy = SQLiteLedger(path, busy_timeout_s=0.05)
+    asyncio.run(busy.prune(older_than_s=0))  # creates the table
+    holder = sqlite3.connect(str(path), isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(SessionBusyError, match="execution ledger"):
+            asyncio.run(busy.prune(older_than_s=0))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        busy.close()
