@@ -157,7 +157,8 @@ MODES: dict[str, dict[str, Any]] = {
 }
 """Modes by name. "auto" is what every engine runs unless told otherwise (auto_mode.py: on this model q4 with an
 8-bit LM head and n-gram speculation). int8, q4 and q8 keep the LM head fp32; the -head modes quantise it too
-(int8 per channel; q4/q8 in 8-bit groups). q4/q8 load a GGUF's Q4_x / Q8_0 blocks as they are."""
+(int8 per channel; q4/q8 in 8-bit groups). q4 loads a GGUF's 4-bit blocks as they are, q8 every block type
+parley runs (K-quants included)."""
 
 
 def open_engine(model: Any, mode: str, *, threads: int | None, speculation: str | None = None,

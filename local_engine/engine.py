@@ -230,7 +230,7 @@ class Engine:
         if config.quantization in ("q4", "q8") and files.source.suffix == ".gguf":
             from parley.local_engine.gguf_weights import overlay
 
-            # the file's Q4_x / Q8_0 layer blocks replace their dequantised copies (gguf_weights.py)
+            # the file's layer blocks (Q4_x ... Q6_K: gguf_weights.loadable_types) replace their dequantised copies
             try:
                 overlay(files.source, state, config.quantization, num_heads=arch.num_heads,
                         num_kv_heads=arch.num_kv_heads)

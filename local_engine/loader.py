@@ -6,7 +6,8 @@ config, tokenizer — is cached as a Hugging Face folder under `$PARLEY_CACHE_DI
 folder in about a second.
 That folder is what every mode starts from: fp32/bf16 run it as is; the quantised CPU modes
 (`quantization="int8"`, quant.py; `"q4"`/`"q8"`, quant4.py) quantise it at load, and q4/q8 first put a
-GGUF's own Q4_x/Q8_0 layer blocks back in place of their dequantised copies (gguf_weights.py).
+GGUF's own layer blocks (Q4_x, Q5_x, Q8_0, Q4_K, Q5_K, Q6_K) back in place of their dequantised
+copies (gguf_weights.py).
 Nothing here touches the network: every transformers call is local-files-only.
 """
 
