@@ -1,4 +1,4 @@
-"""Constrained decoding benchmark: MaskBench dev split (xgrammar vs outlines vs auto) + engine end to end.
+"""Constrained decoding benchmark: MaskBench dev split and generated instances per backend, plus the engine.
 
 Over every `--stride`-th schema of `shared/data/jsonschemabench/dev` (sorted paths; `--stride 1` =
 the whole split, hours on 2 CPU cores because outlines-core index builds take seconds each) with the
@@ -7,6 +7,12 @@ embedded SmolLM2 tokenizer, single-threaded:
     timeouts (`--timeout`, counted at the limit) are "not compiled";
   - per-token mask time (`fill_next_token_bitmask`) over the instances' own tokens, per backend;
   - valid instances accepted to the end by the auto backend.
+Generated instances (`--skip-generated` to leave out): for every `--generated-stride`-th dev schema
+and every schema of `tests/constrained/feature_schemas.py`, `--generated-count` valid instances from
+hypothesis-jsonschema plus invalid mutations (`tests/constrained/instances.py`, deterministic), with
+properties in schema order and `any_order=False`; per backend: compile time, mask time, valid
+instances accepted (compliance) and invalid ones caught (rejected by the mask, or flagged for
+validation and rejected by it).
 End to end on the local engine: the same prompts with and without a JSON-schema constraint,
 greedy, tokens/s of each (baseline: the unconstrained engine in the same run), and how many
 constrained outputs validate. Prints a table, then one JSON line.
@@ -96,6 +102,82 @@ def run_backend(backend: str, cases: list[dict[str, Any]], tok: Any, timeout: fl
     }
 
 
+def generated_cases(stride: int, count: int) -> list[dict[str, Any]]:
+    sys.path.insert(0, str(ROOT))
+    from tests.constrained.feature_schemas import FEATURE_SCHEMAS
+    from tests.constrained.instances import instances
+
+    schemas = [(f"feature:{name}", schema) for name, schema in sorted(FEATURE_SCHEMAS.items())]
+    schemas += [
+        (str(p.relative_to(DEV)), json.loads(p.read_text())["schema"]) for p in sorted(DEV.glob("*/*.json"))[::stride]
+    ]
+    return [{"_name": name, "schema": schema, "instances": instances(schema, count)} for name, schema in schemas]
+
+
+def run_generated(backend: str, cases: list[dict[str, Any]], tok: Any, timeout: float) -> dict[str, Any]:
+    from parley.constrained import CompileCache, ConstrainedError, JsonSchema, ValidationFailed, compile
+
+    compile_ms: list[float] = []
+    mask_us: list[float] = []
+    compiled = valid = valid_ok = invalid = invalid_caught = 0
+    for case in cases:
+        lengths = "validate" if backend == "xgrammar" else "grammar"
+        started = time.perf_counter()
+        try:
+            spec = JsonSchema(case["schema"], strict=False, string_lengths=lengths)
+            matcher = compile(spec, tok, backend=backend, timeout_s=timeout, cache=CompileCache())  # type: ignore[arg-type]
+        except ConstrainedError as exc:
+            compile_ms.append(timeout * 1000 if "took longer" in str(exc) else (time.perf_counter() - started) * 1000)
+            continue
+        compile_ms.append((time.perf_counter() - started) * 1000)
+        compiled += 1
+        bitmask = matcher.allocate_bitmask()
+        for inst in case["instances"]:
+            ids = tok.encode(inst.text, add_special_tokens=False)
+            if tok.decode(ids) != inst.text:
+                continue  # a code point the tokenizer cannot spell
+            matcher.reset()
+            ok = True
+            for token in ids:
+                t0 = time.perf_counter()
+                matcher.fill_next_token_bitmask(bitmask)
+                mask_us.append((time.perf_counter() - t0) * 1e6)
+                if not (int(bitmask[0, token // 32]) >> (token % 32)) & 1 or not matcher.accept_token(token):
+                    ok = False
+                    break
+            ok = ok and matcher.is_completed()
+            if inst.valid:
+                valid += 1
+                valid_ok += ok
+                if not ok:
+                    print(
+                        f"generated valid instance rejected ({backend}/{matcher.backend}): {case['_name']}",
+                        file=sys.stderr,
+                    )
+                continue
+            invalid += 1
+            if not ok:
+                invalid_caught += 1
+            elif matcher.needs_validation:
+                try:
+                    matcher.validate(inst.text)
+                except ValidationFailed:
+                    invalid_caught += 1
+    return {
+        "schemas": len(cases),
+        "compiled": compiled,
+        "compile_p50_ms": pct(compile_ms, 0.5),
+        "compile_p99_ms": pct(compile_ms, 0.99),
+        "mask_p50_us": pct(mask_us, 0.5),
+        "mask_p99_us": pct(mask_us, 0.99),
+        "masks": len(mask_us),
+        "valid_instances": valid,
+        "valid_accepted": valid_ok,
+        "invalid_instances": invalid,
+        "invalid_caught": invalid_caught,
+    }
+
+
 def e2e(max_tokens: int) -> dict[str, Any]:
     from pydantic import BaseModel, Field
 
@@ -178,7 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=10.0, help="compile time limit per schema, seconds")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--skip-e2e", action="store_true")
-    parser.add_argument("--backends", default="xgrammar,auto,outlines", help="comma-separated subset to run")
+    parser.add_argument("--backends", default="xgrammar,llguidance,auto,outlines", help="comma-separated subset to run")
+    parser.add_argument("--skip-generated", action="store_true")
+    parser.add_argument(
+        "--generated-stride", type=int, default=60, help="every N-th dev schema for generated instances"
+    )
+    parser.add_argument("--generated-count", type=int, default=5, help="valid instances drawn per schema")
     args = parser.parse_args(argv)
     files = sorted(DEV.glob("*/*.json"))
     if not files:
@@ -188,12 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     cases = [{**json.loads(p.read_text()), "_name": str(p.relative_to(DEV))} for p in chosen]
     tok = load_tokenizer()
     # outlines last: a compile abandoned at the timeout keeps running in its thread and would skew later timings
+    names = ("xgrammar", "llguidance", "auto", "outlines")
     empty = dict.fromkeys(("compiled", "valid_instances", "valid_accepted", "masks"), 0)
     empty.update(dict.fromkeys(("compile_p50_ms", "compile_p99_ms", "mask_p50_us", "mask_p99_us"), float("nan")))
     chosen_backends = args.backends.split(",")
     results = {
-        name: run_backend(name, cases, tok, args.timeout) if name in chosen_backends else dict(empty)
-        for name in ("xgrammar", "auto", "outlines")
+        name: run_backend(name, cases, tok, args.timeout) if name in chosen_backends else dict(empty) for name in names
     }
     print(f"dev schemas: {len(chosen)} of {len(files)} (stride {args.stride}), timeout {args.timeout:g} s")
     print(f"{'backend':10} {'compiled':>8} {'comp p50 ms':>12} {'comp p99 ms':>12} {'mask p50 us':>12} "
@@ -202,6 +289,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:10} {r['compiled']:>8} {r['compile_p50_ms']:>12.2f} {r['compile_p99_ms']:>12.1f} "
               f"{r['mask_p50_us']:>12.1f} {r['mask_p99_us']:>12.1f} {r['masks']:>8} "
               f"{r['valid_accepted']:>4}/{r['valid_instances']:<5}")  # fmt: skip
+    generated: dict[str, Any] = {}
+    if not args.skip_generated:
+        gen_cases = generated_cases(args.generated_stride, args.generated_count)
+        generated = {
+            name: run_generated(name, gen_cases, tok, args.timeout) for name in names if name in chosen_backends
+        }
+        print(
+            f"generated instances: {len(gen_cases)} schemas, {args.generated_count} valid draws each, any_order=False"
+        )
+        print(f"{'backend':10} {'compiled':>8} {'comp p50 ms':>12} {'comp p99 ms':>12} {'mask p50 us':>12} "
+              f"{'mask p99 us':>12} {'valid acc':>10} {'invalid caught':>15}")  # fmt: skip
+        for name, r in generated.items():
+            print(f"{name:10} {r['compiled']:>8} {r['compile_p50_ms']:>12.2f} {r['compile_p99_ms']:>12.1f} "
+                  f"{r['mask_p50_us']:>12.1f} {r['mask_p99_us']:>12.1f} "
+                  f"{r['valid_accepted']:>4}/{r['valid_instances']:<5} "
+                  f"{r['invalid_caught']:>7}/{r['invalid_instances']:<7}")  # fmt: skip
     end_to_end: dict[str, Any] = {"e2e_ratio": None, "outputs": 0, "outputs_valid": 0}
     if not args.skip_e2e:
         end_to_end = e2e(args.max_tokens)
@@ -223,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         "compile_p50_ms": round(auto["compile_p50_ms"], 2),
         "xgrammar": results["xgrammar"],
         "outlines": results["outlines"],
+        "llguidance": results["llguidance"],
+        "generated": generated,
         **end_to_end,
     }
     print(json.dumps(_finite(summary)))

@@ -1,11 +1,12 @@
 """`parley.constrained`: grammar specs compiled to token-mask matchers.
 
 `compile(spec, tokenizer)` turns a `JsonSchema`, `Regex`, `Grammar`, `Choice` or `ToolCalls` spec
-into a `Matcher` that fills next-token bitmasks (backend "auto": xgrammar whenever it can compile the
-spec, outlines-core only for what xgrammar cannot; the choice depends on the spec alone);
+into a `Matcher` that fills next-token bitmasks (backend "auto" ranks llguidance, xgrammar and
+outlines-core per spec from what the differential tests proved, see `parley.constrained.choice`; the
+choice depends on the spec alone and is recorded in `Matcher.choice`);
 `ConstraintHook` plugs a matcher into the local engine, which applies the masks itself, starting at a
 `Trigger` such as `THINK_END` or `TOOL_CALL_OPEN`; `validate` checks finished outputs. Importing this
-package imports neither xgrammar, outlines nor torch: backends are loaded when a spec is first
+package imports neither xgrammar, llguidance, outlines nor torch: backends are loaded when a spec is first
 compiled. (The Harmony triggers `HARMONY_FINAL` / `HARMONY_COMMENTARY` live in
 `parley.constrained.hook`.)
 """

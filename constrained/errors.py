@@ -58,7 +58,7 @@ class CompileLimitError(ConstrainedError):
 
 
 class BackendUnavailableError(ConstrainedError):
-    """The grammar library a backend needs (xgrammar, outlines-core) is not importable."""
+    """The grammar library a backend needs (xgrammar, llguidance, outlines-core) is not importable."""
 
 
 class ValidationFailed(ConstrainedError):
