@@ -329,11 +329,11 @@ def ratios(results: dict[str, dict[str, Any]]) -> dict[str, float | None]:
 def report(results: dict[str, dict[str, Any]], skipped: dict[str, str], meta: dict[str, Any]) -> None:
     ratio = ratios(results)
     names = [n for n in SERVERS if n in results or n in skipped]
-    print(f"{'figure':<28}" + "".join(f"{n:>14}" for n in names) + f"{'vs best peer':>16}")
+    print(f"{'figure':<28}" + "".join(f"{n:>14}" for n in names) + f"  {'vs best peer':>20}")
     for fig in FIGURES:
         cells = "".join(f"{results.get(n, {}).get(fig) if n in results else 'skipped'!s:>14}" for n in names)
         sense = "x (>1 better)" if HIGHER_IS_BETTER[fig] else "x (<1 better)"
-        print(f"{fig:<28}{cells}{(str(ratio[fig]) + sense) if ratio[fig] is not None else 'n/a':>16}")
+        print(f"{fig:<28}{cells}  {(str(ratio[fig]) + sense) if ratio[fig] is not None else 'n/a':>20}")
     print("ratio_vs_best_peer = parley / best peer: decode and agg16 tok/s (> 1: parley faster), "
           "TTFTs in seconds (< 1: parley answers sooner)")
     for name, why in skipped.items():
