@@ -65,6 +65,7 @@ from typing import Any, Literal
 
 from parley.errors import CallInProgressError, ConfigurationError
 from parley.protocol import ToolResult
+from parley.sessions.errors import SessionStoreError
 
 OnBusy = Literal["wait", "error"]
 ENV_VAR = "PARLEY_LEDGER"
@@ -204,9 +205,8 @@ class Ledger(ABC):
                 raise
             raise error from exc
 
-    def _store_error(self, fn: Any, exc: Exception) -> Exception | None:
+    def _store_error(self, fn: Any, exc: Exception) -> SessionStoreError | None:
         from parley.sessions._driver_errors import classify
-        from parley.sessions.errors import SessionStoreError
 
         kind = classify(exc)
         if kind is None or isinstance(exc, SessionStoreError):
