@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +63,7 @@ class SQLiteLedger(Ledger):
         try:
             if self.create_folder:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                str(self.path), timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
-            )
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute(SCHEMA)
+            conn = self._open()
         except sqlite3.Error as exc:  # a foreign or damaged file, a locked one: the sessions' typed family
             error = self._store_error(self._connection, exc)
             if error is None:
@@ -84,6 +79,30 @@ class SQLiteLedger(Ledger):
             ) from None
         self._conn = conn
         return conn
+
+    def _open(self) -> sqlite3.Connection:
+        """Connect and set the file up. Switching to WAL can report "locked" at once, without waiting out the
+        busy timeout, while another process or thread sets up the same new file: look again, up to the timeout."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            conn = sqlite3.connect(
+                str(self.path), timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = FULL")
+                conn.execute(SCHEMA)
+                return conn
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                busy = getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+                if not busy or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+            except BaseException:
+                conn.close()
+                raise
 
     def _run(self, sql: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
         with self._lock:

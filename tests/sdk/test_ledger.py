@@ -110,7 +110,10 @@ def test_threads_resuming_one_state_on_one_sqlite_file_send_once(tmp_path: Path)
 
     def resume() -> None:
         agent = mail_agent(log, sleep=0.3)
-        outputs.append(agent.run_sync(state=RunState.from_json(saved), ledger=SQLiteLedger(ledger)).output)
+        try:
+            outputs.append(agent.run_sync(state=RunState.from_json(saved), ledger=SQLiteLedger(ledger)).output)
+        except Exception as exc:  # shown in the assertion below, not lost in a thread
+            outputs.append(exc)
 
     threads = [threading.Thread(target=resume) for _ in range(6)]
     for thread in threads:
