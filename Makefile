@@ -9,7 +9,7 @@ LOCK_FILE := constraints.txt
 LOCK ?= $(LOCK_FILE)
 PIN := $(if $(LOCK),-c $(LOCK))
 
-.PHONY: demo test env lint typecheck pytest lock sandbox-tools clean
+.PHONY: demo test test-servers env lint typecheck pytest lock sandbox-tools clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,10 +42,16 @@ typecheck: env
 # The SQLAlchemy session tests also run on PostgreSQL: a throwaway server on 127.0.0.1 for the run
 # (scripts/postgres_for_tests.sh; without one they skip, naming it).
 pytest: env sandbox-tools
-	@sh scripts/postgres_for_tests.sh run $(BIN)/python -m pytest -q -ra
+	@sh scripts/postgres_for_tests.sh run $(BIN)/python -m pytest -q -ra -m "not real_server"
 
 test: lint typecheck sandbox-tools
-	@sh scripts/postgres_for_tests.sh run $(BIN)/python -m pytest -q -ra --durations=15
+	@sh scripts/postgres_for_tests.sh run $(BIN)/python -m pytest -q -ra --durations=15 -m "not real_server"
+
+# parley against real vLLM (CPU build) and llama.cpp's llama-server on 127.0.0.1, installed under
+# ~/.cache/parley-peers by scripts/peer_servers.sh (long the first time: see that script); CI runs it.
+test-servers: env
+	@sh scripts/peer_servers.sh provision
+	$(BIN)/python -m pytest -q -ra --durations=10 -m real_server tests/sdk/backends/real_servers
 
 # Write the lock from what .venv has now (after the tests passed with it); no reinstall first.
 lock: | $(BIN)/python

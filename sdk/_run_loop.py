@@ -9,8 +9,10 @@ Two rules make every run converge, on small local models too:
 * the repeat rule (`parley.interruptions`): a call identical to one already settled since the last
   user message is answered from the record, not run or sent for approval again;
 * tools off: after `Agent.max_tool_rounds` model turns with tool calls (since the last user
-  message), after a round whose every call was a repeat (the model is going round in circles), and
-  on the last turn `max_turns` allows, the request goes with ``tool_choice="none"``:
+  message), after a round whose every call was a repeat (the model is going round in circles), once
+  an answer failed the output type (the repair turns: a self-hosted server enforces the answer schema
+  only on a turn with tools off), and on the last turn `max_turns` allows, the request goes with
+  ``tool_choice="none"``:
   the local backend's grammar then admits only the typed answer, hosted backends get the same
   field. Calls a model makes anyway are not run (each gets an error result) and count as failed
   answer attempts, so the run ends with an answer or `OutputValidationError` naming the cause,
@@ -371,6 +373,8 @@ class RunLoop:
                 self.tools_off = f"this is the last of max_turns={agent.max_turns} model turns"
             elif state.stalled:
                 self.tools_off = "a round of tool calls only repeated earlier calls"
+            elif state.output_attempts and agent.output_spec.schema is not None:
+                self.tools_off = "an answer did not match the output type: the repair asks for the answer alone"
             if self.tools_off is not None:
                 choice = "none"
         return ModelRequest(

@@ -71,13 +71,21 @@ class CacheLedger:
     prompt_tokens: int = 0
     predicted_read_tokens: int = 0
     cache_read_tokens: int = 0
+    """Reads the server reported (requests that reported none are counted in `unreported_requests`)."""
     cache_write_tokens: int = 0
+    unreported_requests: int = 0
+    """Requests whose server did not say how much of the prompt it read from its cache."""
+    reported_prompt_tokens: int = 0
     warnings: list[str] = field(default_factory=list)
 
     def record(self, plan: CachePlan | None, usage: Usage) -> None:
         self.requests += 1
         self.prompt_tokens += usage.prompt_tokens
-        self.cache_read_tokens += usage.cache_read_tokens
+        if usage.cache_read_tokens is None:
+            self.unreported_requests += 1
+        else:
+            self.cache_read_tokens += usage.cache_read_tokens
+            self.reported_prompt_tokens += usage.prompt_tokens
         self.cache_write_tokens += usage.cache_write_tokens
         if plan is not None:
             self.predicted_read_tokens += plan.predicted_read_tokens
@@ -85,8 +93,8 @@ class CacheLedger:
 
     @property
     def hit_rate(self) -> float:
-        """Share of prompt tokens read from the cache, as reported by the provider."""
-        return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        """Share of prompt tokens read from the cache, over the requests whose server reported it."""
+        return self.cache_read_tokens / self.reported_prompt_tokens if self.reported_prompt_tokens else 0.0
 
     @property
     def predicted_hit_rate(self) -> float:

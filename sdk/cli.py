@@ -160,9 +160,13 @@ def _print_ledger(usage: Any) -> None:
         prompt, cached = raw.get("prompt_tokens", 0), raw.get("cached_tokens", 0)
         print(f"    {turn:>4} {prompt:>7} {cached:>7} {prompt - cached:>9} {raw.get('output_tokens', 0):>7}")
     print(
-        f"    {'all':>4} {usage.prompt_tokens:>7} {usage.cache_read_tokens:>7} {usage.input_tokens:>9} "
+        f"    {'all':>4} {usage.prompt_tokens:>7} {_or_unknown(usage.cache_read_tokens):>7} {usage.input_tokens:>9} "
         f"{usage.output_tokens:>7}   requests={usage.requests}"
     )
+
+
+def _or_unknown(count: int | None) -> str:
+    return "?" if count is None else str(count)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -75,7 +75,7 @@ class Price:
         unsplit = max(0, usage.cache_write_tokens - usage.cache_write_5m_tokens - usage.cache_write_1h_tokens)
         total = (
             usage.input_tokens * self.input
-            + usage.cache_read_tokens * self.cache_read
+            + (usage.cache_read_tokens or 0) * self.cache_read
             + (usage.cache_write_5m_tokens + unsplit) * self.cache_write_5m
             + usage.cache_write_1h_tokens * self.cache_write_1h
             + usage.output_tokens * self.output
@@ -111,9 +111,11 @@ def price_for(provider: str, model: str) -> Price | None:
 
 
 def with_cost(usage: Usage, provider: str, model: str) -> Usage:
-    """`usage` with `cost` filled in (None when the model's price is unknown)."""
+    """`usage` with `cost` filled in: None when the model's price is unknown, or when the server did not
+    say how much of the prompt came from its cache (the price of those tokens is then unknown too)."""
     price = price_for(provider, model)
-    return usage.model_copy(update={"cost": None if price is None else price.cost(usage)})
+    known = price is not None and usage.cache_read_tokens is not None
+    return usage.model_copy(update={"cost": price.cost(usage) if known and price is not None else None})
 
 
 def model_info(provider: str, model: str) -> dict[str, Any]:

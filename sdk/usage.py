@@ -24,6 +24,10 @@ def _int(value: Any) -> int:
     return max(0, int(value))
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _get(mapping: Any, *path: str) -> Any:
     for key in path:
         if not isinstance(mapping, Mapping):
@@ -56,7 +60,12 @@ def from_anthropic(raw: Mapping[str, Any], *, model: str | None = None) -> Usage
 
 
 def from_openai(raw: Mapping[str, Any], *, model: str | None = None, provider: str = "openai") -> Usage:
-    """OpenAI Chat Completions or Responses usage: cached tokens are subtracted from the prompt count."""
+    """OpenAI Chat Completions or Responses usage: cached tokens are subtracted from the prompt count.
+
+    No ``cached_tokens`` figure (vLLM without ``--enable-prompt-tokens-details``, SGLang, a stream without
+    usage) leaves `Usage.cache_read_tokens` None: unknown, not 0. vLLM's ``created_cache_tokens`` (the
+    prompt blocks it computed and cached in this request) are cache writes, like OpenAI's
+    ``cache_write_tokens``."""
     if "prompt_tokens" in raw:  # Chat Completions (also vLLM / SGLang)
         prompt = _int(raw.get("prompt_tokens"))
         details = raw.get("prompt_tokens_details") or {}
@@ -67,11 +76,13 @@ def from_openai(raw: Mapping[str, Any], *, model: str | None = None, provider: s
         details = raw.get("input_tokens_details") or {}
         output = _int(raw.get("output_tokens"))
         reasoning = _int(_get(raw, "output_tokens_details", "reasoning_tokens"))
-    read = min(prompt, _int(_get(details, "cached_tokens")))
-    write = min(prompt - read, _int(_get(details, "cache_write_tokens")))
+    reported = _get(details, "cached_tokens")
+    read = min(prompt, _int(reported))
+    written = _int(_get(details, "cache_write_tokens")) or _int(_get(details, "created_cache_tokens"))  # vLLM's name
+    write = min(prompt - read, written)
     usage = Usage(
         input_tokens=prompt - read - write,
-        cache_read_tokens=read,
+        cache_read_tokens=read if _is_count(reported) else None,
         cache_write_tokens=write,
         output_tokens=output,
         reasoning_tokens=min(reasoning, output),

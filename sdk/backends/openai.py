@@ -16,7 +16,10 @@ Reasoning.effort  reasoning_effort         reasoning_effort             reasonin
 Reasoning.budget  rejected (names it)      thinking_token_budget        rejected             rejected
 reasoning text    —                        ``reasoning`` field          reasoning_content    reasoning_content
 tenant            safety_identifier        cache_salt                   cache_salt           not sent (no field)
-schema + tools    both sent                schema only with tools off   same as vllm         same as vllm
+schema + tools    both sent                a structural tag (a call or  schema only with     schema only with
+                                           the answer) with             tools off            tools off (its
+                                           ``tool_call_parser=``; else                       server drops the
+                                           schema only with tools off                        tools for the schema)
 ================  =======================  ===========================  ===================  ======================
 
 llama.cpp, as found against ``llama-cpp-python[server]`` 0.3.36 (the ``llamacpp``-marked
@@ -36,7 +39,10 @@ tool-call arguments and results reaches the model as ``&#34;``), which a small m
 
 ``CachePolicy.prompt_cache_key`` becomes ``prompt_cache_key``; streams ask for
 ``stream_options.include_usage`` so usage arrives in the last chunk. Tool-call deltas are assembled
-by ``index``. Retries and typed errors as for `AnthropicBackend`.
+by ``index``. Retries and typed errors as for `AnthropicBackend`. Cache reads are
+``prompt_tokens_details.cached_tokens``; a server that sends no such figure (vLLM unless started with
+``--enable-prompt-tokens-details``) gives ``Usage.cache_read_tokens=None`` and one logged warning per
+backend naming the flag; vLLM's ``created_cache_tokens`` are counted as cache writes.
 
 ``api="responses"`` posts to ``/v1/responses`` instead (wire format: `parley.protocol.openai_responses`):
 ``max_output_tokens``, ``reasoning.effort`` (and ``reasoning.summary`` with ``reasoning_summary=``),
@@ -56,6 +62,7 @@ output item it yields is kept verbatim and sent back in later ``input``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import AsyncIterator
@@ -78,10 +85,11 @@ from parley.backends.errors import (
 from parley.cache_planner import CacheLedger
 from parley.errors import ConfigurationError
 from parley.pricing import model_info
-from parley.protocol import ErrorEvent, Event, Message, UsageEvent
+from parley.protocol import ErrorEvent, Event, Message, Usage, UsageEvent
 from parley.protocol import openai as wire
 from parley.protocol import openai_responses as responses_wire
 from parley.protocol._wire_history import prepare_history
+from parley.protocol.tool_markup import TOOL_CALL_PARSERS, call_or_answer_tag
 from parley.usage import from_openai
 
 Flavor = Literal["openai", "vllm", "sglang", "llamacpp", "auto"]
@@ -89,6 +97,14 @@ Dialect = Literal["openai", "vllm", "sglang", "llamacpp"]
 FLAVORS = ("openai", "vllm", "sglang", "llamacpp", "auto")
 Api = Literal["chat", "responses"]
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+logger = logging.getLogger(__name__)
+CACHE_FIGURE_FLAGS: dict[str, str] = {
+    "vllm": "start vLLM with --enable-prompt-tokens-details (and --enable-prefix-caching)",
+    "sglang": "SGLang reports no cached-token figure in its usage",
+    "llamacpp": "llama.cpp reports it with usage (not in every stream)",
+    "openai": "the server's usage has no prompt_tokens_details.cached_tokens",
+}
+"""Per dialect, what to do when a server does not report its cache reads (named in the one-time warning)."""
 _VALIDATION_ERROR = re.compile(r"^\d+ validation errors?\b")  # llama-cpp-python's request validation, as a 500
 
 
@@ -116,12 +132,20 @@ class OpenAIBackend:
         include: list[str] | None = None,
         reasoning_summary: Literal["auto", "concise", "detailed"] | None = None,
         native_compaction: bool | None = None,
+        tool_call_parser: str | None = None,
     ) -> None:
         if flavor not in FLAVORS:
             raise ConfigurationError(
                 f"OpenAIBackend flavor must be openai, vllm, sglang, llamacpp or auto, not {flavor!r}")
         if api not in ("chat", "responses"):
             raise ConfigurationError(f"OpenAIBackend api must be 'chat' or 'responses', not {api!r}")
+        if tool_call_parser is not None and tool_call_parser not in TOOL_CALL_PARSERS:
+            raise ConfigurationError(
+                f"OpenAIBackend tool_call_parser={tool_call_parser!r} has no known call markup (known: "
+                f"{', '.join(TOOL_CALL_PARSERS)}); leave it None and the schema goes only with tools off")
+        self.tool_call_parser = tool_call_parser
+        """vLLM's ``--tool-call-parser``, when its markup is known: lets a tools + typed-answer turn be one
+        structural tag (a call or the answer) instead of the schema only on a turn with tools off."""
         if previous_response_id and store is False:
             raise ConfigurationError("OpenAIBackend previous_response_id=True needs stored responses (store=True)")
         self.api: Api = api
@@ -144,6 +168,7 @@ class OpenAIBackend:
         self.parallel_tool_calls = parallel_tool_calls
         self.cache_ledger = CacheLedger()
         """Reported cache reads per request (OpenAI caches automatically: nothing to predict)."""
+        self._warned_unreported_cache = False
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = http_client or httpx.AsyncClient(timeout=timeout)
@@ -222,7 +247,10 @@ class OpenAIBackend:
             extra.update(repetition_penalty=sampling.repetition_penalty, min_p=sampling.min_p,
                          min_tokens=sampling.min_tokens, ignore_eos=sampling.ignore_eos)
         extra.update(self._reasoning(request, flavor))
-        if request.output_schema is not None and not self._schema_fights_tools(request, flavor):
+        if request.output_schema is not None and self._writes_call_or_answer(request, flavor):
+            tag = call_or_answer_tag(str(self.tool_call_parser), list(request.tools), dict(request.output_schema))
+            extra["structured_outputs"] = {"structural_tag": json.dumps(tag, ensure_ascii=False)}
+        elif request.output_schema is not None and not self._schema_fights_tools(request, flavor):
             if flavor == "vllm":
                 extra["structured_outputs"] = {"json": request.output_schema}
             elif flavor == "llamacpp":  # json_schema is refused; json_object + schema becomes a grammar
@@ -267,6 +295,12 @@ class OpenAIBackend:
         off; the agent validates the typed answer either way (and repairs it, `Agent.output_retries`), and
         after `max_tool_rounds` it asks for the answer with tools off, where the schema is enforced."""
         return flavor != "openai" and bool(request.tools) and request.tool_choice != "none"
+
+    def _writes_call_or_answer(self, request: ModelRequest, flavor: Dialect) -> bool:
+        """vLLM with a known tool parser and tools on ``auto``: one structural tag admits the typed
+        answer or calls in the parser's markup (`parley.protocol.tool_markup`), so neither is lost."""
+        return flavor == "vllm" and self.tool_call_parser is not None and bool(request.tools) and \
+            request.tool_choice == "auto"
 
     def _replays_stream(self, request: ModelRequest, flavor: Dialect) -> bool:
         """llama.cpp's ``chatml-function-calling`` cannot stream a turn that may or must call a tool."""
@@ -403,7 +437,7 @@ class OpenAIBackend:
             raise error_from_status(failed[0], failed[1], dict(response.headers), provider=flavor,
                                     request_id_header="x-request-id")
         usage = from_openai(decoded.usage, model=self.model if flavor == "openai" else None, provider=flavor)
-        self.cache_ledger.record(None, usage)
+        self._record_usage(usage, flavor)
         self._remember(request, decoded.message, decoded.id)
         return ModelResponse(messages=[decoded.message], usage=usage, finish_reason=decoded.finish_reason,
                              model=decoded.model or self.model)
@@ -455,10 +489,18 @@ class OpenAIBackend:
         usage = from_openai(decoder.usage, model=self.model if flavor == "openai" else None, provider=flavor)
         if not decoder.usage:
             usage = usage.model_copy(update={"cost": None})
-        self.cache_ledger.record(None, usage)
+        self._record_usage(usage, flavor)
         if decoder.messages:
             self._remember(request, decoder.messages[-1], decoder.id)
         yield UsageEvent(usage=usage)
+
+    def _record_usage(self, usage: Usage, flavor: Dialect) -> None:
+        """Into the cache ledger; the first request whose server says nothing of its cache warns, once."""
+        self.cache_ledger.record(None, usage)
+        if usage.cache_read_tokens is None and not self._warned_unreported_cache:
+            self._warned_unreported_cache = True
+            logger.warning("%s at %s did not report cached prompt tokens: Usage.cache_read_tokens is None "
+                           "(unknown, not 0); %s", flavor, self.base_url, CACHE_FIGURE_FLAGS[flavor])
 
     async def aclose(self) -> None:
         await self._client.aclose()

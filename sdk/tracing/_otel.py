@@ -36,8 +36,9 @@ class _UsageDelta:
     """Usage of the requests made between two ledger readings (cost None when either is unknown)."""
 
     def __init__(self, after: Any, before: Any) -> None:
-        for name in _USAGE_FIELDS:
-            setattr(self, name, getattr(after, name) - getattr(before, name))
+        for name in _USAGE_FIELDS:  # cache reads may be unknown (None): the delta is then unknown too
+            mine, earlier = getattr(after, name), getattr(before, name)
+            setattr(self, name, None if mine is None or earlier is None else mine - earlier)
         self.requests: int = after.requests - before.requests
         self.cost = None if after.cost is None or before.cost is None else after.cost - before.cost
 

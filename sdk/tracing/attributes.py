@@ -95,14 +95,16 @@ LOCAL_CACHED_TOKENS = "parley.local.cached_tokens"
 def usage_attributes(usage: Any, *, prefix: str = USAGE) -> dict[str, int | float]:
     """A `Usage` as convention attributes: ``input_tokens`` is the whole prompt (uncached + cache read
     + cache write); cache reads and writes also stand alone; reasoning and cost where known."""
-    read, write = int(usage.cache_read_tokens), int(usage.cache_write_tokens)
+    reported = usage.cache_read_tokens
+    read, write = int(reported or 0), int(usage.cache_write_tokens)
     uncached = int(usage.input_tokens)
     attributes: dict[str, int | float] = {
         f"{prefix}.{INPUT_TOKENS}": uncached + read + write,
         f"{prefix}.{OUTPUT_TOKENS}": int(usage.output_tokens),
-        f"{prefix}.{CACHE_READ}": read,
         f"{prefix}.{CACHE_CREATION}": write,
     }
+    if reported is not None:  # unknown is left out, never sent as 0 reads
+        attributes[f"{prefix}.{CACHE_READ}"] = read
     if usage.reasoning_tokens:
         attributes[f"{prefix}.{REASONING}"] = int(usage.reasoning_tokens)
     if prefix == USAGE:

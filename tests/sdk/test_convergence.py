@@ -134,3 +134,18 @@ def test_an_answer_cut_off_at_the_token_limit_says_so() -> None:
     cut = ScriptedTurn(text='{"city": "Os', finish_reason="length")
     with pytest.raises(OutputValidationError, match="cut off at the token limit"):
         Agent(ScriptedBackend([cut, cut]), output_type=Answer, output_retries=1).run_sync("go")
+
+
+def test_after_an_answer_that_fails_the_output_type_the_repair_goes_with_tools_off() -> None:
+    # A self-hosted server (vLLM without a known tool parser, llama.cpp) enforces the answer schema only on
+    # a turn with tools off: a model that answered in prose beside tools gets its repair turn there.
+    def model(request: ModelRequest) -> ScriptedTurn | str:
+        return '{"city": "Oslo", "temp_c": 4}' if request.tool_choice == "none" else "It is cold in Oslo."
+
+    backend = FunctionBackend(model)
+    result = Agent(backend, tools=[step], output_type=Answer).run_sync("go")
+    assert result.output == Answer(city="Oslo", temp_c=4) and not ran
+    assert [r.tool_choice for r in backend.requests] == ["auto", "none"]
+    follow_up = Agent(backend, tools=[step], output_type=Answer).run_sync("again", state=result.state)
+    assert follow_up.output == Answer(city="Oslo", temp_c=4)
+    assert [r.tool_choice for r in backend.requests][2:] == ["auto", "none"]  # tools are back for a new message

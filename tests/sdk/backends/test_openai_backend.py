@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -414,3 +415,74 @@ def test_openai_itself_keeps_tools_and_the_answer_schema_together() -> None:
     body = OpenAIBackend("m", api_key="k").build_body(
         _request(Message.user("x"), tools=[WEATHER], tool_choice="auto", output_schema={"type": "object"}), "openai")
     assert body["response_format"]["type"] == "json_schema" and body["tools"]
+
+
+@pytest.mark.parametrize("api", ["chat"])
+def test_vllm_with_a_known_tool_parser_gets_one_structural_tag_a_call_or_the_answer(api: str) -> None:
+    backend = OpenAIBackend("m", api_key="k", api=api, tool_call_parser="hermes")
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+    body = backend.build_body(_request(Message.user("x"), tools=[WEATHER], tool_choice="auto",
+                                       output_schema=schema), "vllm")
+    assert set(body) & set(SCHEMA_KEYS) == {"structured_outputs"} and body["tools"] and body["tool_choice"] == "auto"
+    tag = json.loads(body["structured_outputs"]["structural_tag"])  # vLLM takes the tag as a JSON string
+    answer, calls = tag["format"]["elements"]
+    assert answer == {"type": "json_schema", "json_schema": schema}
+    assert {t["begin"] for t in calls["tags"]} == {'<tool_call>\n{"name": "get_weather", "arguments": ',
+                                                   '<tool_call>{"name": "get_weather", "arguments": '}
+    assert all(t["content"]["json_schema"] == WEATHER.parameters for t in calls["tags"])
+
+
+@pytest.mark.parametrize("choice", ["required", NamedToolChoice("get_weather")])
+def test_a_turn_that_must_call_a_tool_gets_no_answer_schema_even_with_a_known_parser(choice: Any) -> None:
+    backend = OpenAIBackend("m", api_key="k", tool_call_parser="hermes")
+    body = backend.build_body(_request(Message.user("x"), tools=[WEATHER], tool_choice=choice,
+                                       output_schema={"type": "object"}), "vllm")
+    assert not set(SCHEMA_KEYS) & body.keys()
+
+
+@pytest.mark.parametrize("flavor", ["sglang", "llamacpp"])
+def test_the_tool_parser_setting_changes_nothing_where_the_server_has_no_structural_tag(flavor: str) -> None:
+    backend = OpenAIBackend("m", api_key="k", tool_call_parser="hermes")
+    body = backend.build_body(_request(Message.user("x"), tools=[WEATHER], tool_choice="auto",
+                                       output_schema={"type": "object"}), flavor)  # type: ignore[arg-type]
+    assert not set(SCHEMA_KEYS) & body.keys()
+
+
+def test_an_unknown_tool_parser_is_refused_at_construction() -> None:
+    with pytest.raises(ConfigurationError, match="llama3_json.*hermes"):
+        OpenAIBackend("m", api_key="k", tool_call_parser="llama3_json")
+
+
+# -- cache figures: unknown is not 0 --------------------------------------------------------------------------
+async def test_a_server_that_reports_no_cache_figure_gives_unknown_reads_and_warns_once(
+        server: FakeServer, caplog: pytest.LogCaptureFixture) -> None:
+    server.queue(Reply(body=_completion({"content": "a"})), Reply(body=_completion({"content": "b"})))
+    backend = _backend(server, model="smollm2", flavor="vllm")
+    with caplog.at_level("WARNING", logger="parley.backends.openai"):
+        first = await backend.generate(_request(Message.user("x")))
+        second = await backend.generate(_request(Message.user("y")))
+    assert first.usage.cache_read_tokens is None and first.usage.input_tokens == 19 == first.usage.prompt_tokens
+    assert (first.usage + second.usage).cache_read_tokens is None  # a sum with an unknown part is unknown
+    [warning] = [r for r in caplog.records if "cached prompt tokens" in r.getMessage()]
+    assert "--enable-prompt-tokens-details" in warning.getMessage()
+    ledger = backend.cache_ledger
+    assert (ledger.requests, ledger.unreported_requests, ledger.cache_read_tokens, ledger.hit_rate) == (2, 2, 0, 0.0)
+
+
+async def test_vllm_created_cache_tokens_are_cache_writes(server: FakeServer) -> None:
+    server.queue(Reply(body=_completion({"content": "a"}, prompt_tokens=700,
+                                        prompt_tokens_details={"cached_tokens": 512, "created_cache_tokens": 176})))
+    backend = _backend(server, model="smollm2", flavor="vllm")
+    usage = (await backend.generate(_request(Message.user("x")))).usage
+    assert (usage.cache_read_tokens, usage.cache_write_tokens, usage.input_tokens) == (512, 176, 12)
+    assert usage.prompt_tokens == 700
+
+
+def test_a_reported_zero_is_zero_reads_and_a_known_price_needs_a_known_figure() -> None:
+    from parley.usage import from_openai
+
+    zero = from_openai({"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 0}},
+                       model="gpt-4o-mini")
+    assert zero.cache_read_tokens == 0 and zero.cost is not None
+    silent = from_openai({"prompt_tokens": 10, "completion_tokens": 2}, model="gpt-4o-mini")
+    assert silent.cache_read_tokens is None and silent.cost is None  # reads unknown: the price is not guessed

@@ -63,7 +63,7 @@ CASES: list[tuple[str, str, dict[str, Any], tuple[int, ...], Decimal | None]] = 
      (1000, 1000, 3000, 0, 0, 10, 0),
      (1000 * Decimal("1.25") + 1000 * Decimal("0.125") + 3000 * Decimal("1.25") + 10 * Decimal(10)) / M),
     # An unknown model: counted, never priced by guess.
-    ("openai", "gpt-unknown-9", {"prompt_tokens": 10, "completion_tokens": 1}, (10, 0, 0, 0, 0, 1, 0), None),
+    ("openai", "gpt-unknown-9", {"prompt_tokens": 10, "completion_tokens": 1}, (10, None, 0, 0, 0, 1, 0), None),
     ("anthropic", "claude-opus-4-7", {"input_tokens": 10, "output_tokens": 1}, (10, 0, 0, 0, 0, 1, 0), None),
 ]
 
