@@ -66,7 +66,7 @@ from parley.local_engine.models.gemm import WeightGemm
 GROUP = 32
 TILE = 16
 GROUP_SCHEMES: tuple[str, ...] = ("q4", "q8")
-EXTENSION_NAME = "parley_group_gemm_v2"
+EXTENSION_NAME = "parley_group_gemm_v3"
 
 
 # ---------------------------------------------------------------- row-major quantised weights
@@ -401,7 +401,7 @@ class GroupGemm:
             self.kernel = f"q{bits}-dequantized-fp32"
         else:
             simd = bool(self.ext.simd_available()) and use_simd
-            self.kernel = f"parley-group{GROUP}-{'avx512vnni' if simd else 'scalar'}"
+            self.kernel = f"parley-group{GROUP}-{self.ext.simd_name() if simd else 'scalar'}"
 
     def prepare(self, weight: torch.Tensor | RowQuant) -> GroupWeight:
         if not isinstance(weight, RowQuant) and weight.shape[1] % GROUP:

@@ -213,3 +213,30 @@ def test_the_embedded_model_runs_q4_with_an_8bit_head_and_speculation_by_default
         assert explicit.mode == "float32" and explicit.stats()["quantization"] is None
     finally:
         explicit.close()
+
+
+@pytest.mark.parametrize("missing", ["no kernel", "no simd"])
+def test_a_cpu_where_the_group_kernel_has_no_simd_path_runs_fp32(monkeypatch: pytest.MonkeyPatch,
+                                                                  missing: str) -> None:
+    # The scalar path decodes no faster than fp32 and prefills 11x slower: auto does not pick it.
+    from parley.local_engine import quant4
+
+    class Scalar:
+        @staticmethod
+        def simd_available() -> bool:
+            return False
+
+    fake = (None, "no C++ compiler (c++) on PATH") if missing == "no kernel" else (Scalar(), "")
+    monkeypatch.setattr(quant4, "kernel_module", lambda: fake)
+    choice = choose_quantization(embedded_gguf(), CPU, FP32)
+    assert choice.quantization is None and not choice.quantize_lm_head
+    assert ("unavailable" if missing == "no kernel" else "AVX2") in choice.reason
+
+
+def test_where_the_kernel_has_a_simd_path_the_4_bit_file_runs_q4() -> None:
+    from parley.local_engine.quant4 import kernel_module
+
+    ext, why = kernel_module()
+    if ext is None or not ext.simd_available():
+        pytest.skip(f"this CPU has no SIMD path for the group kernel ({why or 'no AVX2'})")
+    assert choose_quantization(embedded_gguf(), CPU, FP32).quantization == "q4"
