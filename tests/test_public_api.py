@@ -15,6 +15,7 @@ PACKAGES = [
     "parley.local_engine",
     "parley.mcp",
     "parley.protocol",
+    "parley.protocol.harmony",
     "parley.sandbox",
     "parley.server",
     "parley.sessions",

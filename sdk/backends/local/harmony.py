@@ -28,8 +28,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from parley.protocol import Conversation, Event, ToolCall, ToolSpec, harmony
-from parley.protocol._harmony_envelope import recipient_for
 from parley.protocol.errors import CodecConfigError
+from parley.protocol.harmony._envelope import recipient_for
 from parley.reasoning import Reasoning
 
 if TYPE_CHECKING:

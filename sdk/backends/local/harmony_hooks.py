@@ -49,7 +49,7 @@ from parley.backends.local.hooks import TurnHooks, callable_tools, check_schema,
 from parley.constrained import ConstraintHook
 from parley.constrained.specs import JsonSchema
 from parley.protocol import ToolSpec, harmony
-from parley.protocol._harmony_envelope import recipient_for
+from parley.protocol.harmony._envelope import recipient_for
 from parley.reasoning import ReasoningBudgetHook, local_budget
 
 if TYPE_CHECKING:

@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from parley.protocol import harmony
-from parley.protocol._harmony_tokens import (
+from parley.protocol.errors import VocabularyUnavailableError
+from parley.protocol.harmony._tokens import (
     O200K_FILE,
     O200K_PATTERN,
     O200K_SHA256,
     cache_dir,
     parse_tiktoken_ranks,
 )
-from parley.protocol.errors import VocabularyUnavailableError
 
 __all__ = ["HARMONY_VOCAB_SIZE", "is_harmony_tokenizer", "o200k_harmony_tokenizer", "tokenizer_cache_path"]
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from parley.protocol._harmony_tokens import HarmonyEncoding, split_special
+from parley.protocol.harmony._tokens import HarmonyEncoding, split_special
 from parley.protocol.tool_spec import ToolSpec
 
 ReasoningEffort = Literal["low", "medium", "high"]
