@@ -22,7 +22,7 @@ PACKAGES = [
     "parley.tools",
     "parley.tracing",
 ]
-INTERNAL = {"parley.constrained.backends", "parley.local_engine.models"}
+INTERNAL = {"parley.constrained.backends", "parley.constrained.schema", "parley.local_engine.models"}
 """Subpackages without a curated surface (their parent package exports what users need)."""
 
 
