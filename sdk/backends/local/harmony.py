@@ -1,4 +1,4 @@
-"""`HarmonyPrompts`: the `PromptCodec` of gpt-oss (OpenAI's Harmony format) for the one local turn.
+"""`HarmonyPrompts`: the `PromptFamily` of gpt-oss (OpenAI's Harmony format) for the one local turn.
 
 Rendering is `parley.protocol.harmony`'s, exactly: `render_conversation_for_completion` of the
 request's conversation, its function tools in the developer message, envelope system/developer text
@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from parley.backends.local.family import OutputParser, ReasoningArg, TurnHooks, as_reasoning
+from parley.constrained.hook import Trigger
 from parley.protocol import Conversation, Event, ToolCall, ToolSpec, harmony
 from parley.protocol.errors import CodecConfigError
 from parley.protocol.harmony._envelope import recipient_for
@@ -34,9 +36,7 @@ from parley.reasoning import Reasoning
 
 if TYPE_CHECKING:
     from parley.backends.base import ModelRequest
-    from parley.backends.local.codec import OutputParser, ReasoningArg
     from parley.backends.local.engine_port import EnginePort
-    from parley.backends.local.hooks import TurnHooks
 
 __all__ = ["HarmonyPrompts", "harmony_effort", "ordinary_token_bytes"]
 
@@ -132,7 +132,7 @@ class HarmonyOutputParser:
 
 
 class HarmonyPrompts:
-    """`PromptCodec` for gpt-oss over `parley.protocol.harmony` (see the module docstring)."""
+    """`PromptFamily` for gpt-oss over `parley.protocol.harmony` (see the module docstring)."""
 
     stop_token_ids: tuple[int, ...] = (RETURN_ID, CALL_ID)
 
@@ -173,8 +173,6 @@ class HarmonyPrompts:
         self, conversation: Conversation, tools: Sequence[ToolSpec], *, reasoning: ReasoningArg
     ) -> harmony.RenderedPrompt:
         """The prompt as Harmony pieces (what `render` encodes)."""
-        from parley.backends.local.codec import as_reasoning
-
         system = self.system_content(as_reasoning(reasoning))
         return harmony.render_conversation_for_completion(conversation, system=system, tools=list(tools))
 
@@ -193,3 +191,7 @@ class HarmonyPrompts:
         from parley.backends.local.harmony_hooks import harmony_hooks
 
         return harmony_hooks(request, self, engine, constrain_auto_tools=constrain_auto_tools)
+
+    def answer_triggers(self, *, reasoning: bool) -> tuple[Trigger, ...] | None:
+        """None: the answer sits inside channel headers a text grammar cannot see."""
+        return None

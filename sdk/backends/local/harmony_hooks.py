@@ -44,8 +44,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from parley.backends.base import ModelRequest
+from parley.backends.local.constraints import callable_tools, check_schema, compile_constraint, tool_field
 from parley.backends.local.engine_port import EnginePort
-from parley.backends.local.hooks import TurnHooks, callable_tools, check_schema, compile_constraint, tool_field
+from parley.backends.local.family import TurnHooks
 from parley.constrained import ConstraintHook
 from parley.constrained.specs import JsonSchema
 from parley.protocol import ToolSpec, harmony
