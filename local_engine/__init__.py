@@ -13,10 +13,12 @@ from typing import Any as _Any
 from parley.local_engine.config import EngineConfig, SamplingParams
 from parley.local_engine.errors import (
     AdmissionError,
+    DeadlineUnreachableError,
     EngineError,
     InvalidRequestError,
     ModelLoadError,
     ModelNotFoundError,
+    QueueFullError,
     RequestAborted,
 )
 from parley.local_engine.hooks import ComposedHook, TokenHook
@@ -30,6 +32,7 @@ _LAZY = {"Engine": "parley.local_engine.engine"}
 __all__ = [
     "AdmissionError",
     "ComposedHook",
+    "DeadlineUnreachableError",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -38,6 +41,7 @@ __all__ = [
     "InvalidRequestError",
     "ModelLoadError",
     "ModelNotFoundError",
+    "QueueFullError",
     "RequestAborted",
     "SamplingParams",
     "StreamDelta",

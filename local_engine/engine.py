@@ -29,11 +29,12 @@ from parley.local_engine.config import AUTO, EngineConfig, SamplingParams, norma
 from parley.local_engine.core import Admission, EngineCore, Sink
 from parley.local_engine.delivery import LoopSink
 from parley.local_engine.errors import (
-    AdmissionError,
+    DeadlineUnreachableError,
     EngineConfigError,
     EngineError,
     InvalidRequestError,
     ModelLoadError,
+    QueueFullError,
 )
 from parley.local_engine.hooks import ComposedHook, TokenHook
 from parley.local_engine.models import registry
@@ -328,7 +329,7 @@ class Engine:
                 raise InvalidRequestError(f"deadline_s must be > 0, got {deadline_s!r}")
             est = self._estimate_s(self._admission.waiting_tokens, len(ids), params.max_tokens)
             if est is not None and est > deadline_s:
-                raise AdmissionError(
+                raise DeadlineUnreachableError(
                     f"request cannot finish within its deadline of {deadline_s:.3f}s (estimated {est:.3f}s)",
                     retry_after_s=max(est - deadline_s, 0.0),
                 )
@@ -336,7 +337,7 @@ class Engine:
         with adm.lock:
             if adm.waiting_count >= self.config.max_waiting:
                 est = self._estimate_s(adm.waiting_tokens, 0, 0)
-                raise AdmissionError(
+                raise QueueFullError(
                     f"the waiting queue is full ({self.config.max_waiting} requests)", retry_after_s=est or 1.0
                 )
             if rid in adm.live_ids:
@@ -409,8 +410,8 @@ class Engine:
         A delta holds the tokens new since the previous one: usually one step's, more when the consumer
         fell behind (unread deltas merge, delivery.py). A step's items reach the loop in one wakeup.
 
-        Raises `RequestAborted` if the request is dropped past its deadline, `AdmissionError` or
-        `InvalidRequestError` at submission.
+        Raises `RequestAborted` if the request is dropped past its deadline, an `AdmissionError`
+        (`QueueFullError`, `DeadlineUnreachableError`) or `InvalidRequestError` at submission.
         """
         sink = LoopSink(asyncio.get_running_loop())
         seq = self._submit(prompt_ids, params or SamplingParams(), sink, hooks=hooks, tenant=tenant,

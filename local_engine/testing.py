@@ -11,7 +11,8 @@ milliseconds without weights:
   emitted; after its script a request ends with the first stop id; `max_tokens` gives ``length``;
 * **prefix cache**: full 16-token blocks are remembered per tenant salt, and a later prompt with
   the same blocks reports them as `cached_tokens` (the last prompt token is always computed);
-* **admission and drops**: set `refuse` to an `AdmissionError` to refuse at submission, and
+* **admission and drops**: set `refuse` to an `AdmissionError` (`QueueFullError`, `DeadlineUnreachableError`)
+  to refuse at submission, and
   `drop_after` to raise `RequestAborted` (the engine's past-deadline drop) after N tokens;
 * **abort** returns a request's blocks at once (`stats()["blocks_used"]`).
 

@@ -15,6 +15,13 @@ from enum import Enum
 from typing import Any, Literal
 
 from parley._root import ParleyError
+from parley.local_engine.errors import (
+    AdmissionError,
+    DeadlineUnreachableError,
+    InvalidRequestError,
+    QueueFullError,
+    RequestAborted,
+)
 
 Dialect = Literal["openai", "anthropic"]
 
@@ -120,3 +127,27 @@ class ApiError(ServeError):
 def invalid(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     """Shorthand for a 400 naming `param`."""
     return ApiError(message, kind=ErrorKind.INVALID_REQUEST, param=param, code=code)
+
+
+EngineRefusal = AdmissionError | RequestAborted | InvalidRequestError
+"""The engine errors that are answers to the client, not faults of the server."""
+
+
+def engine_error(exc: EngineRefusal) -> ApiError:
+    """The HTTP answer to an engine refusal, chosen by the error's type (never by its message).
+
+    A full queue is a 429 and an unreachable deadline a 503, both with `retry-after`; any other
+    admission refusal a 503; a request dropped mid-way (past its deadline, aborted) a 503; an
+    invalid prompt or sampling setting a 400.
+    """
+    if isinstance(exc, AdmissionError):
+        kind, code = ErrorKind.OVERLOADED, None
+        if isinstance(exc, QueueFullError):
+            kind, code = ErrorKind.RATE_LIMIT, "queue_full"
+        elif isinstance(exc, DeadlineUnreachableError):
+            code = "deadline_unreachable"
+        retry = exc.retry_after_s if exc.retry_after_s is not None else 1.0
+        return ApiError(f"request refused at admission: {exc}", kind=kind, code=code, retry_after_s=retry)
+    if isinstance(exc, RequestAborted):
+        return ApiError(f"request dropped: {exc}", kind=ErrorKind.OVERLOADED, retry_after_s=1.0)
+    return invalid(str(exc))

@@ -300,10 +300,10 @@ class LocalTurn:
         if self.options.deadline_s is not None:
             remaining = self.options.deadline_s - (time.perf_counter() - self.arrival)
             if remaining <= 0:
-                from parley.local_engine.errors import AdmissionError
+                from parley.local_engine.errors import DeadlineUnreachableError
 
                 self._finished = True
-                raise AdmissionError(
+                raise DeadlineUnreachableError(
                     f"the deadline of {self.options.deadline_s:g}s passed before the request reached the engine",
                     retry_after_s=1.0,
                 )
