@@ -9,7 +9,6 @@ Bad input is always a 4xx; only a real fault inside the server is a 500, in the 
 
 from __future__ import annotations
 
-import json
 import math
 from enum import Enum
 from typing import Any, Literal
@@ -115,10 +114,6 @@ class ApiError(ServeError):
             return {}
         seconds = self.retry_after_s if math.isfinite(self.retry_after_s) else 60.0
         return {"retry-after": str(max(1, math.ceil(seconds)))}
-
-    def sse_payload(self, dialect: Dialect) -> str:
-        """The same error as one server-sent event's data (a stream that fails after its headers)."""
-        return json.dumps(self.body(dialect), ensure_ascii=False)
 
     def __repr__(self) -> str:
         return f"ApiError({self.status}, {self.kind.value}, {self.message!r}, param={self.param!r})"
