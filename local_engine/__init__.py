@@ -23,6 +23,7 @@ from parley.local_engine.errors import (
 )
 from parley.local_engine.hooks import ComposedHook, TokenHook
 from parley.local_engine.outputs import FinishReason, GenerationOutput, StreamDelta, TokenLogprob
+from parley.local_engine.tokenizer import Tokenizer
 
 if _TYPE_CHECKING:
     from parley.local_engine.engine import Engine
@@ -47,6 +48,7 @@ __all__ = [
     "StreamDelta",
     "TokenHook",
     "TokenLogprob",
+    "Tokenizer",
 ]
 
 

@@ -48,6 +48,7 @@ from parley.local_engine.sequence import Sequence
 from parley.local_engine.speculative import NgramDrafter
 from parley.local_engine.step_timer import StepTimer
 from parley.local_engine.threads import DecodeThreads
+from parley.local_engine.tokenizer import Tokenizer
 
 _POLL_S = 0.25  # how often a waiting caller checks that the step loop is still alive
 
@@ -114,7 +115,7 @@ class Engine:
     def __init__(
         self,
         model: CausalLM,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         *,
         model_id: str,
         vocab_size: int,
@@ -260,7 +261,7 @@ class Engine:
 
     @classmethod
     def from_model(
-        cls, net: DecoderModel, tokenizer: Any, *, model_id: str, eos_token_ids: frozenset[int] = frozenset(),
+        cls, net: DecoderModel, tokenizer: Tokenizer, *, model_id: str, eos_token_ids: frozenset[int] = frozenset(),
         config: EngineConfig | None = None, model_name: str | None = None, mode_reason: str | None = None,
     ) -> Engine:
         """Wrap an already-built model (tests build tiny random ones). It runs as built: `"auto"` in `config`

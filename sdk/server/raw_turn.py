@@ -20,6 +20,7 @@ from parley.local_engine.config import SamplingParams
 from parley.local_engine.errors import AdmissionError, InvalidRequestError, RequestAborted
 from parley.local_engine.hooks import TokenHook
 from parley.local_engine.outputs import StreamDelta
+from parley.local_engine.tokenizer import Tokenizer
 from parley.server.errors import ApiError, ErrorKind, engine_error
 
 __all__ = ["Detokenizer", "RawEnd", "RawPiece", "RawTurn"]
@@ -31,7 +32,7 @@ _MAX_UTF8_HOLD = 6
 class Detokenizer:
     """Token ids in, new text out, decoding a short window so merges at token boundaries come out right."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.prefix = 0

@@ -33,6 +33,7 @@ from parley.constrained import ConstraintHook
 from parley.constrained.hook import THINK_END, TOOL_CALL_OPEN, Trigger
 from parley.constrained.specs import JsonSchema, ToolCallFormat, ToolCalls
 from parley.local_engine.hooks import ComposedHook, TokenHook
+from parley.local_engine.tokenizer import Tokenizer
 from parley.protocol import Conversation, ToolCall, ToolSpec
 from parley.protocol.chat_template import THINK_END as THINK_END_TEXT
 from parley.protocol.chat_template import TOOL_CALL_CLOSE, ChatTemplateCodec
@@ -58,7 +59,7 @@ class ChatTemplatePrompts:
 
     def __init__(self, codec: ChatTemplateCodec) -> None:
         self.codec = codec
-        self.tokenizer: Any = codec.tokenizer
+        self.tokenizer: Tokenizer = codec.tokenizer
         self.stop_token_ids = tuple(codec.stop_token_ids())
         # A spent budget forces "\n</think>" only: the layout after it is the model's, so an answer
         # grammar starting right after `</think>` is never fed whitespace it does not allow.
@@ -113,7 +114,7 @@ class ChatTemplatePrompts:
 class _TemplateKwargs:
     """A tokenizer whose `apply_chat_template` always passes `kwargs` (a template switch such as `enable_thinking`)."""
 
-    def __init__(self, tokenizer: Any, **kwargs: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer, **kwargs: Any) -> None:
         self._tokenizer = tokenizer
         self._kwargs = kwargs
 
@@ -121,7 +122,8 @@ class _TemplateKwargs:
         return getattr(self._tokenizer, name)
 
     def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
-        return self._tokenizer.apply_chat_template(conversation, **{**self._kwargs, **kwargs})
+        native: Any = self._tokenizer  # only a tokenizer with its own chat template is switched
+        return native.apply_chat_template(conversation, **{**self._kwargs, **kwargs})
 
 
 # --------------------------------------------------------------------------------------------------

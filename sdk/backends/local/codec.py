@@ -10,16 +10,15 @@ family by one caller and in another by the next. The rule:
 
 from __future__ import annotations
 
-from typing import Any
-
 from parley.backends.local.chat_template import ChatTemplatePrompts
 from parley.backends.local.family import PromptFamily
+from parley.local_engine.tokenizer import Tokenizer
 from parley.protocol.chat_template import ChatTemplateCodec
 
 HARMONY_MODEL_TYPES = frozenset({"gpt_oss"})
 
 
-def codec_for(tokenizer: Any, *, model_type: str | None = None) -> PromptFamily:
+def codec_for(tokenizer: Tokenizer, *, model_type: str | None = None) -> PromptFamily:
     """The family this tokenizer (and, when known, the model's `model_type`) belongs to."""
     from parley.backends.local.harmony_tokenizer import is_harmony_tokenizer
 

@@ -25,10 +25,12 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from parley.backends.local.family import OutputParser, ReasoningArg, TurnHooks, as_reasoning
+from parley.backends.local.harmony_tokenizer import HarmonyTokenizer, is_harmony_tokenizer
 from parley.constrained.hook import Trigger
+from parley.local_engine.tokenizer import Tokenizer
 from parley.protocol import Conversation, Event, ToolCall, ToolSpec, harmony
 from parley.protocol.errors import CodecConfigError
 from parley.protocol.harmony._envelope import recipient_for
@@ -61,7 +63,7 @@ def _unicode_to_byte() -> dict[str, int]:
     return {char: byte for byte, char in table.items()}
 
 
-def ordinary_token_bytes(tokenizer: Any) -> dict[int, bytes]:
+def ordinary_token_bytes(tokenizer: HarmonyTokenizer) -> dict[int, bytes]:
     """Each ordinary (non-Harmony-special) id's bytes, read from a byte-level BPE vocabulary."""
     table = _unicode_to_byte()
     out: dict[int, bytes] = {}
@@ -75,12 +77,12 @@ def ordinary_token_bytes(tokenizer: Any) -> dict[int, bytes]:
     return out
 
 
-_TABLES: weakref.WeakKeyDictionary[Any, tuple[dict[int, bytes], dict[bytes, tuple[int, ...]]]]
+_TABLES: weakref.WeakKeyDictionary[HarmonyTokenizer, tuple[dict[int, bytes], dict[bytes, tuple[int, ...]]]]
 _TABLES = weakref.WeakKeyDictionary()
 _TABLES_LOCK = threading.Lock()
 
 
-def _tables(tokenizer: Any) -> tuple[dict[int, bytes], dict[bytes, tuple[int, ...]]]:
+def _tables(tokenizer: HarmonyTokenizer) -> tuple[dict[int, bytes], dict[bytes, tuple[int, ...]]]:
     """A tokenizer's id -> bytes and bytes -> ids tables, built once per tokenizer object (~1 s for o200k)."""
     with _TABLES_LOCK:
         hit = _TABLES.get(tokenizer)
@@ -100,7 +102,7 @@ class _TokenizerBase:
 
     name = "tokenizer"
 
-    def __init__(self, tokenizer: Any, token_bytes: dict[int, bytes]) -> None:
+    def __init__(self, tokenizer: Tokenizer, token_bytes: dict[int, bytes]) -> None:
         self._tokenizer = tokenizer
         self._bytes = token_bytes
 
@@ -136,16 +138,14 @@ class HarmonyPrompts:
 
     stop_token_ids: tuple[int, ...] = (RETURN_ID, CALL_ID)
 
-    def __init__(self, tokenizer: Any, *, system: harmony.SystemContent | None = None) -> None:
-        from parley.backends.local.harmony_tokenizer import is_harmony_tokenizer
-
+    def __init__(self, tokenizer: Tokenizer, *, system: harmony.SystemContent | None = None) -> None:
         if not is_harmony_tokenizer(tokenizer):
             raise CodecConfigError(
                 "Harmony prompts need an o200k_harmony tokenizer (<|channel|>, <|start|>, <|message|> at their "
                 "Harmony ids): the checkpoint's own, or "
                 "parley.backends.local.harmony_tokenizer.o200k_harmony_tokenizer()"
             )
-        self.tokenizer = tokenizer
+        self.tokenizer: HarmonyTokenizer = tokenizer
         self.system = system if system is not None else harmony.SystemContent()
         """The system message's defaults (identity, knowledge cutoff, date); the effort comes per request."""
 
