@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from parley.constrained.backends.base import JsonOptions
-from parley.constrained.schema_prep import JsonPart
-from parley.constrained.schema_support import KeywordUse, iter_subschemas
+from parley.constrained.schema.prepare import JsonPart
+from parley.constrained.schema.walk import KeywordUse, iter_subschemas
 from parley.constrained.specs import Grammar, JsonSchema, Spec, ToolCalls
 
 ORDER = ("llguidance", "xgrammar", "outlines")

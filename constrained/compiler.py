@@ -1,7 +1,7 @@
 """`compile(spec, tokenizer)`: check a spec, pick a backend, compile under a deadline, cache it.
 
 JSON specs — a `JsonSchema`, and a `ToolCalls`' call schema (every tool's parameters) and answer
-schema alike — are first prepared by one code path (`parley.constrained.schema_prep`): checked,
+schema alike — are first prepared by one code path (`parley.constrained.schema.prepare`): checked,
 `$ref`s made robust, patterns rewritten.
 
 Backend choice ("auto") is a function of the spec alone (`parley.constrained.choice`): backends that
@@ -11,7 +11,7 @@ leave to validation, and the ranking is recorded in `Matcher.choice`. A backend 
 e.g. outlines' memory-capped index worker) is raised, never a reason to switch backends, so which
 backend compiles a spec does not depend on the machine or its load. Whatever the chosen backend does
 not enforce (each backend's list: its keyword rules, what its converter never reads where it stands,
-see `parley.constrained.dispatch`, and what the differential tests caught it rejecting wrongly) is
+see `parley.constrained.schema.dispatch`, and what the differential tests caught it rejecting wrongly) is
 never dropped silently: it is recorded in `Matcher.warnings` (and logged) and
 `Matcher.needs_validation` is set, so outputs are validated after generation. An explicit backend
 never falls back: its failure is raised.
@@ -44,8 +44,9 @@ from parley.constrained.errors import (
     UnsupportedSpecError,
 )
 from parley.constrained.matcher import Matcher
-from parley.constrained.schema_prep import JsonPart, json_parts
-from parley.constrained.schema_support import KeywordUse, pattern_mentions_escape, strip_keywords
+from parley.constrained.schema.patterns import pattern_mentions_escape
+from parley.constrained.schema.prepare import JsonPart, json_parts
+from parley.constrained.schema.walk import KeywordUse, strip_keywords
 from parley.constrained.specs import Choice, Grammar, JsonSchema, Regex, Spec, ToolCalls
 from parley.constrained.tokenizer_info import TokenizerInfo, tokenizer_info
 

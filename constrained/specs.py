@@ -221,7 +221,7 @@ class ToolCalls:
         Each tool's parameters sit at `properties.arguments` (under `anyOf[i]` for several tools);
         their local `$ref`s are rebased there, so the call schema is one self-contained document.
         """
-        from parley.constrained.schema_refs import rebase_refs
+        from parley.constrained.schema.refs import rebase_refs
 
         single = len(self.tools) == 1
         variants = [
@@ -246,7 +246,7 @@ class ToolCalls:
 
     def output_schema(self) -> dict[str, Any]:
         """JSON Schema of the whole output for `format="json"` (one call, or an array of calls)."""
-        from parley.constrained.schema_refs import rebase_refs
+        from parley.constrained.schema.refs import rebase_refs
 
         call = self.call_schema()
         if not self.allow_multiple:

@@ -13,14 +13,17 @@ from typing import Any as _Any
 from parley.local_engine.config import EngineConfig, SamplingParams
 from parley.local_engine.errors import (
     AdmissionError,
+    DeadlineUnreachableError,
     EngineError,
     InvalidRequestError,
     ModelLoadError,
     ModelNotFoundError,
+    QueueFullError,
     RequestAborted,
 )
 from parley.local_engine.hooks import ComposedHook, TokenHook
 from parley.local_engine.outputs import FinishReason, GenerationOutput, StreamDelta, TokenLogprob
+from parley.local_engine.tokenizer import Tokenizer
 
 if _TYPE_CHECKING:
     from parley.local_engine.engine import Engine
@@ -30,6 +33,7 @@ _LAZY = {"Engine": "parley.local_engine.engine"}
 __all__ = [
     "AdmissionError",
     "ComposedHook",
+    "DeadlineUnreachableError",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -38,11 +42,13 @@ __all__ = [
     "InvalidRequestError",
     "ModelLoadError",
     "ModelNotFoundError",
+    "QueueFullError",
     "RequestAborted",
     "SamplingParams",
     "StreamDelta",
     "TokenHook",
     "TokenLogprob",
+    "Tokenizer",
 ]
 
 

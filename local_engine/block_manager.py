@@ -168,10 +168,6 @@ class BlockManager:
         block.ref_count = 1
         return bid
 
-    def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
-        need = self.blocks_needed(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)
-        return need <= len(self.free)
-
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Grow `seq`'s block table to hold `num_new_tokens` more computed tokens; False (nothing taken) if full."""
         need = self.blocks_needed(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)

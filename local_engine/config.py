@@ -42,7 +42,7 @@ class EngineConfig:
     - `kv_cache_bytes` / `num_kv_blocks`: KV pool size; `num_kv_blocks` wins when both are set.
     - `max_num_batched_tokens`: per-step token budget shared by decodes and prefill chunks.
     - `max_num_seqs`: most sequences running at once.
-    - `max_waiting`: bounded admission queue; beyond it `AdmissionError`.
+    - `max_waiting`: bounded admission queue; beyond it `QueueFullError` (an `AdmissionError`).
     - `max_model_len`: context cap (None = the model's own).
     - `enable_prefix_caching`: reuse full KV blocks across requests with the same hash chain.
     - `num_threads`: torch intra-op threads on CPU (None = every core this process may use).

@@ -32,6 +32,7 @@ from parley.local_engine.sequence import Sequence
 from parley.local_engine.speculative import NgramDrafter
 from parley.local_engine.step_timer import StepTimer
 from parley.local_engine.threads import DecodeThreads, omp_set_num_threads
+from parley.local_engine.tokenizer import Tokenizer
 
 Sink = Callable[[Any], None]
 _DEADLINE = "deadline"
@@ -76,7 +77,7 @@ class EngineCore:
     def __init__(
         self,
         model: CausalLM,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         *,
         eos_token_ids: frozenset[int],
         block_manager: BlockManager,

@@ -29,11 +29,12 @@ from parley.local_engine.config import AUTO, EngineConfig, SamplingParams, norma
 from parley.local_engine.core import Admission, EngineCore, Sink
 from parley.local_engine.delivery import LoopSink
 from parley.local_engine.errors import (
-    AdmissionError,
+    DeadlineUnreachableError,
     EngineConfigError,
     EngineError,
     InvalidRequestError,
     ModelLoadError,
+    QueueFullError,
 )
 from parley.local_engine.hooks import ComposedHook, TokenHook
 from parley.local_engine.models import registry
@@ -47,6 +48,7 @@ from parley.local_engine.sequence import Sequence
 from parley.local_engine.speculative import NgramDrafter
 from parley.local_engine.step_timer import StepTimer
 from parley.local_engine.threads import DecodeThreads
+from parley.local_engine.tokenizer import Tokenizer
 
 _POLL_S = 0.25  # how often a waiting caller checks that the step loop is still alive
 
@@ -113,7 +115,7 @@ class Engine:
     def __init__(
         self,
         model: CausalLM,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         *,
         model_id: str,
         vocab_size: int,
@@ -259,7 +261,7 @@ class Engine:
 
     @classmethod
     def from_model(
-        cls, net: DecoderModel, tokenizer: Any, *, model_id: str, eos_token_ids: frozenset[int] = frozenset(),
+        cls, net: DecoderModel, tokenizer: Tokenizer, *, model_id: str, eos_token_ids: frozenset[int] = frozenset(),
         config: EngineConfig | None = None, model_name: str | None = None, mode_reason: str | None = None,
     ) -> Engine:
         """Wrap an already-built model (tests build tiny random ones). It runs as built: `"auto"` in `config`
@@ -328,7 +330,7 @@ class Engine:
                 raise InvalidRequestError(f"deadline_s must be > 0, got {deadline_s!r}")
             est = self._estimate_s(self._admission.waiting_tokens, len(ids), params.max_tokens)
             if est is not None and est > deadline_s:
-                raise AdmissionError(
+                raise DeadlineUnreachableError(
                     f"request cannot finish within its deadline of {deadline_s:.3f}s (estimated {est:.3f}s)",
                     retry_after_s=max(est - deadline_s, 0.0),
                 )
@@ -336,7 +338,7 @@ class Engine:
         with adm.lock:
             if adm.waiting_count >= self.config.max_waiting:
                 est = self._estimate_s(adm.waiting_tokens, 0, 0)
-                raise AdmissionError(
+                raise QueueFullError(
                     f"the waiting queue is full ({self.config.max_waiting} requests)", retry_after_s=est or 1.0
                 )
             if rid in adm.live_ids:
@@ -409,8 +411,8 @@ class Engine:
         A delta holds the tokens new since the previous one: usually one step's, more when the consumer
         fell behind (unread deltas merge, delivery.py). A step's items reach the loop in one wakeup.
 
-        Raises `RequestAborted` if the request is dropped past its deadline, `AdmissionError` or
-        `InvalidRequestError` at submission.
+        Raises `RequestAborted` if the request is dropped past its deadline, an `AdmissionError`
+        (`QueueFullError`, `DeadlineUnreachableError`) or `InvalidRequestError` at submission.
         """
         sink = LoopSink(asyncio.get_running_loop())
         seq = self._submit(prompt_ids, params or SamplingParams(), sink, hooks=hooks, tenant=tenant,

@@ -29,6 +29,14 @@ class AdmissionError(EngineError):
         self.retry_after_s = retry_after_s
 
 
+class QueueFullError(AdmissionError):
+    """Refused at arrival because the waiting queue is full: the same request may succeed later."""
+
+
+class DeadlineUnreachableError(AdmissionError):
+    """Refused at arrival because the request cannot finish within its deadline (or it already passed)."""
+
+
 class RequestAborted(EngineError):
     """The request was cancelled or dropped past its deadline."""
 

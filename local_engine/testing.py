@@ -11,7 +11,8 @@ milliseconds without weights:
   emitted; after its script a request ends with the first stop id; `max_tokens` gives ``length``;
 * **prefix cache**: full 16-token blocks are remembered per tenant salt, and a later prompt with
   the same blocks reports them as `cached_tokens` (the last prompt token is always computed);
-* **admission and drops**: set `refuse` to an `AdmissionError` to refuse at submission, and
+* **admission and drops**: set `refuse` to an `AdmissionError` (`QueueFullError`, `DeadlineUnreachableError`)
+  to refuse at submission, and
   `drop_after` to raise `RequestAborted` (the engine's past-deadline drop) after N tokens;
 * **abort** returns a request's blocks at once (`stats()["blocks_used"]`).
 
@@ -30,6 +31,7 @@ from parley.local_engine.config import SamplingParams
 from parley.local_engine.errors import AdmissionError, EngineError, RequestAborted
 from parley.local_engine.hooks import ComposedHook, TokenHook
 from parley.local_engine.outputs import FinishReason, StreamDelta
+from parley.local_engine.tokenizer import Tokenizer
 
 __all__ = ["ByteTokenizer", "FakeEngine", "Submission"]
 
@@ -108,7 +110,7 @@ class FakeEngine:
         self,
         replies: Replies = "Hello from the fake engine.",
         *,
-        tokenizer: Any = None,
+        tokenizer: Tokenizer | None = None,
         vocab_size: int | None = None,
         step_s: float = 0.0,
         max_model_len: int = 2048,
@@ -116,7 +118,7 @@ class FakeEngine:
         model_name: str = "fake-model",
         cached_tokens: int | None = None,
     ) -> None:
-        self.tokenizer: Any = tokenizer if tokenizer is not None else ByteTokenizer()
+        self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else ByteTokenizer()
         self.vocab_size = vocab_size if vocab_size is not None else len(self.tokenizer)
         self.replies = replies
         self.step_s = step_s

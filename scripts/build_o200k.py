@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from parley.protocol._harmony_tokens import O200K_FILE, O200K_SHA256, cache_dir
+from parley.protocol.harmony._tokens import O200K_FILE, O200K_SHA256, cache_dir
 
 NPM_PACKAGE = "js-tiktoken@1.0.21"
 """Pinned for reproducibility; the SHA-256 check is what guarantees the result either way."""

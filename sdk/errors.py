@@ -86,7 +86,9 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
         ├── ModelLoadError              unreadable files, unsupported architecture or config field
         ├── EngineConfigError           (also ValueError) a bad EngineConfig field, device or dtype
         ├── InvalidRequestError
-        ├── AdmissionError              (retry_after_s)
+        ├── AdmissionError              (retry_after_s) refused at arrival
+        │   ├── QueueFullError          the waiting queue is full (the server's 429)
+        │   └── DeadlineUnreachableError the deadline cannot be met or has passed (the server's 503)
         └── RequestAborted
 
 Control-flow signals (a tool asking for approval, a deferred call) are not errors and do not
@@ -114,11 +116,13 @@ from parley.constrained.errors import (
 )
 from parley.local_engine.errors import (
     AdmissionError,
+    DeadlineUnreachableError,
     EngineConfigError,
     EngineError,
     InvalidRequestError,
     ModelLoadError,
     ModelNotFoundError,
+    QueueFullError,
     RequestAborted,
 )
 from parley.protocol.errors import (
@@ -357,6 +361,7 @@ __all__ = [
     "CompileLimitError",
     "ConfigurationError",
     "ConstrainedError",
+    "DeadlineUnreachableError",
     "DecodeError",
     "EncodeError",
     "EngineConfigError",
@@ -385,6 +390,7 @@ __all__ = [
     "ParleyError",
     "ParseError",
     "ProtocolError",
+    "QueueFullError",
     "RateLimitError",
     "ReasoningSettingError",
     "RequestAborted",

@@ -15,13 +15,14 @@ PACKAGES = [
     "parley.local_engine",
     "parley.mcp",
     "parley.protocol",
+    "parley.protocol.harmony",
     "parley.sandbox",
     "parley.server",
     "parley.sessions",
     "parley.tools",
     "parley.tracing",
 ]
-INTERNAL = {"parley.constrained.backends", "parley.local_engine.models"}
+INTERNAL = {"parley.constrained.backends", "parley.constrained.schema", "parley.local_engine.models"}
 """Subpackages without a curated surface (their parent package exports what users need)."""
 
 

@@ -8,7 +8,7 @@ specs have default lowerings on top of those: `choice` (an escaped regex alterna
 `unenforced(schema, root, options)` is the backend's honest list of the keyword uses it would compile
 but not enforce (paths start at `root`); the compiler turns those into recorded warnings plus
 post-hoc validation (they never change which backend is chosen). `tool_calls` gets the prepared call-object schema and
-answer schema (see `parley.constrained.schema_prep`), never the raw tool parameters.
+answer schema (see `parley.constrained.schema.prepare`), never the raw tool parameters.
 Backends raise `UnsupportedSpecError` for a spec they cannot compile and the `InvalidSpecError`
 family for malformed input.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from parley.constrained.schema_support import KeywordUse
+from parley.constrained.schema.walk import KeywordUse
 from parley.constrained.specs import HERMES_CLOSE, HERMES_OPEN, ToolCalls
 
 if TYPE_CHECKING:

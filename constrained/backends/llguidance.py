@@ -1,7 +1,7 @@
 """llguidance backend: an Earley parser over a derivative-regex lexer, masks computed per token, no index.
 
 Why a third backend: llguidance reads a JSON Schema keyword by keyword (no one-handler-per-object
-reading, see `parley.constrained.dispatch`) and *refuses* what it does not implement instead of
+reading, see `parley.constrained.schema.dispatch`) and *refuses* what it does not implement instead of
 dropping it, so what it compiles it enforces. Compiling costs about a millisecond (no vocabulary
 index), a mask tens of microseconds.
 
@@ -41,14 +41,9 @@ from parley.constrained.errors import (
     InvalidRegexError,
     UnsupportedSpecError,
 )
-from parley.constrained.schema_support import (
-    KeywordUse,
-    admits_fractions,
-    iter_subschemas,
-    pattern_has_lookahead,
-    pattern_has_lookbehind_or_backreference,
-    scan_keywords,
-)
+from parley.constrained.schema.patterns import pattern_has_lookahead, pattern_has_lookbehind_or_backreference
+from parley.constrained.schema.walk import KeywordUse, iter_subschemas, scan_keywords
+from parley.constrained.schema.widen import admits_fractions
 from parley.constrained.specs import HERMES_CLOSE, HERMES_OPEN, ToolCalls
 
 if TYPE_CHECKING:

@@ -17,7 +17,6 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from parley.constrained import dispatch
 from parley.constrained.backends.base import JsonOptions, choice_regex, tool_calls_regex
 from parley.constrained.backends.index_worker import build_index_isolated
 from parley.constrained.errors import (
@@ -26,7 +25,9 @@ from parley.constrained.errors import (
     InvalidRegexError,
     UnsupportedSpecError,
 )
-from parley.constrained.schema_support import KeywordUse, pattern_mentions_escape, scan_keywords
+from parley.constrained.schema import dispatch
+from parley.constrained.schema.patterns import pattern_mentions_escape
+from parley.constrained.schema.walk import KeywordUse, scan_keywords
 from parley.constrained.specs import ToolCalls
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def unenforced(schema: Any, root: str, options: JsonOptions | None = None) -> li
     """Keyword uses of `schema` (paths from `root`) that outlines-core would not enforce.
 
     The keyword list plus what its one-handler-per-object reading drops (see
-    `parley.constrained.dispatch`); `allOf` with several branches is concatenated, not intersected.
+    `parley.constrained.schema.dispatch`); `allOf` with several branches is concatenated, not intersected.
     """
     strict = True if options is None else options.strict
     out = []

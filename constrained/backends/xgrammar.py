@@ -6,7 +6,7 @@ all up front, which turns multi-second compiles of large schemas into millisecon
 
 What xgrammar compiles but does not enforce (its converter only logs a warning) is listed in
 `UNENFORCED`; string length bounds are a choice (see `unenforced`); keywords its converter never
-reads where they stand are found by `parley.constrained.dispatch`. The compiler strips/records
+reads where they stand are found by `parley.constrained.schema.dispatch`. The compiler strips/records
 those and validates outputs afterwards.
 """
 
@@ -16,7 +16,6 @@ import json
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from parley.constrained import dispatch
 from parley.constrained.backends.base import JsonOptions
 from parley.constrained.errors import (
     BackendUnavailableError,
@@ -24,16 +23,15 @@ from parley.constrained.errors import (
     InvalidRegexError,
     UnsupportedSpecError,
 )
-from parley.constrained.schema_refs import rebase_refs
-from parley.constrained.schema_support import (
-    KeywordUse,
-    admits_fractions,
+from parley.constrained.schema import dispatch
+from parley.constrained.schema.patterns import (
     pattern_has_lookahead,
     pattern_has_lookbehind_or_backreference,
     pattern_mentions_escape,
-    scan_keywords,
-    widen_untyped,
 )
+from parley.constrained.schema.refs import rebase_refs
+from parley.constrained.schema.walk import KeywordUse, scan_keywords
+from parley.constrained.schema.widen import admits_fractions, widen_untyped
 from parley.constrained.specs import HERMES_CLOSE, HERMES_OPEN, ToolCalls
 
 if TYPE_CHECKING:
@@ -79,7 +77,7 @@ def unenforced(schema: Any, root: str, options: JsonOptions) -> list[KeywordUse]
     """Keyword uses of `schema` (paths from `root`) that xgrammar would not enforce.
 
     Analysed on the schema xgrammar is given (widened when not strict). Besides the keyword list,
-    everything xgrammar's one-handler-per-object reading drops (see `parley.constrained.dispatch`).
+    everything xgrammar's one-handler-per-object reading drops (see `parley.constrained.schema.dispatch`).
     String length bounds: xgrammar enforces them but then forbids escape sequences in the bounded
     string, and it drops them next to `pattern`/`format`. With `lengths_in_grammar` they stay in
     the grammar (bounded strings cannot contain escapes — outputs stay valid, some valid values

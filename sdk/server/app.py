@@ -19,8 +19,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from parley.backends.local.codec import PromptCodec, codec_for
+from parley.backends.local.codec import codec_for
 from parley.backends.local.engine_port import EnginePort
+from parley.backends.local.family import PromptFamily
 from parley.server.anthropic_routes import count_tokens, messages
 from parley.server.completions_routes import completions, detokenize, tokenize
 from parley.server.config import ServerConfig
@@ -75,16 +76,16 @@ def create_app(
     engine: EnginePort,
     *,
     config: ServerConfig | None = None,
-    codec: PromptCodec | None = None,
+    codec: PromptFamily | None = None,
 ) -> Starlette:
-    """The ASGI app serving `engine`. `codec` defaults to the chat-template codec for its tokenizer.
+    """The ASGI app serving `engine`. `codec` defaults to the prompt family `codec_for` picks for its tokenizer.
 
     The listed model id is `config.model_name`, else the engine's own `model_name`.
     """
     config = config or ServerConfig()
     if not config.model_name:
         config = replace(config, model_name=served_name_of(engine))
-    prompts: PromptCodec = codec if codec is not None else codec_for(engine.tokenizer)
+    prompts: PromptFamily = codec if codec is not None else codec_for(engine.tokenizer)
     state = ServerState(
         engine=engine,
         codec=prompts,

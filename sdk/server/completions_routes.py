@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from parley.backends.errors import LocalRequestError
-from parley.backends.local.hooks import check_schema, compile_constraint
+from parley.backends.local.constraints import check_schema, compile_constraint
 from parley.constrained import BackendUnavailableError, ConstraintHook, Grammar, JsonSchema, Spec
 from parley.local_engine.config import SamplingParams
 from parley.local_engine.errors import InvalidRequestError

@@ -18,8 +18,8 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from parley.backends.local.codec import PromptCodec
 from parley.backends.local.engine_port import EnginePort
+from parley.backends.local.family import PromptFamily
 from parley.server.config import ServerConfig
 from parley.server.errors import ApiError, Dialect, ErrorKind, invalid
 from parley.server.metrics import Metrics
@@ -36,7 +36,7 @@ class ServerState:
     """Everything a route needs, stored on `app.state.parley`."""
 
     engine: EnginePort
-    codec: PromptCodec
+    codec: PromptFamily
     config: ServerConfig
     metrics: Metrics
     created: int = field(default_factory=lambda: int(time.time()))

@@ -9,12 +9,18 @@ Bad input is always a 4xx; only a real fault inside the server is a 500, in the 
 
 from __future__ import annotations
 
-import json
 import math
 from enum import Enum
 from typing import Any, Literal
 
 from parley._root import ParleyError
+from parley.local_engine.errors import (
+    AdmissionError,
+    DeadlineUnreachableError,
+    InvalidRequestError,
+    QueueFullError,
+    RequestAborted,
+)
 
 Dialect = Literal["openai", "anthropic"]
 
@@ -109,10 +115,6 @@ class ApiError(ServeError):
         seconds = self.retry_after_s if math.isfinite(self.retry_after_s) else 60.0
         return {"retry-after": str(max(1, math.ceil(seconds)))}
 
-    def sse_payload(self, dialect: Dialect) -> str:
-        """The same error as one server-sent event's data (a stream that fails after its headers)."""
-        return json.dumps(self.body(dialect), ensure_ascii=False)
-
     def __repr__(self) -> str:
         return f"ApiError({self.status}, {self.kind.value}, {self.message!r}, param={self.param!r})"
 
@@ -120,3 +122,27 @@ class ApiError(ServeError):
 def invalid(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     """Shorthand for a 400 naming `param`."""
     return ApiError(message, kind=ErrorKind.INVALID_REQUEST, param=param, code=code)
+
+
+EngineRefusal = AdmissionError | RequestAborted | InvalidRequestError
+"""The engine errors that are answers to the client, not faults of the server."""
+
+
+def engine_error(exc: EngineRefusal) -> ApiError:
+    """The HTTP answer to an engine refusal, chosen by the error's type (never by its message).
+
+    A full queue is a 429 and an unreachable deadline a 503, both with `retry-after`; any other
+    admission refusal a 503; a request dropped mid-way (past its deadline, aborted) a 503; an
+    invalid prompt or sampling setting a 400.
+    """
+    if isinstance(exc, AdmissionError):
+        kind, code = ErrorKind.OVERLOADED, None
+        if isinstance(exc, QueueFullError):
+            kind, code = ErrorKind.RATE_LIMIT, "queue_full"
+        elif isinstance(exc, DeadlineUnreachableError):
+            code = "deadline_unreachable"
+        retry = exc.retry_after_s if exc.retry_after_s is not None else 1.0
+        return ApiError(f"request refused at admission: {exc}", kind=kind, code=code, retry_after_s=retry)
+    if isinstance(exc, RequestAborted):
+        return ApiError(f"request dropped: {exc}", kind=ErrorKind.OVERLOADED, retry_after_s=1.0)
+    return invalid(str(exc))

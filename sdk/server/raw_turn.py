@@ -20,7 +20,8 @@ from parley.local_engine.config import SamplingParams
 from parley.local_engine.errors import AdmissionError, InvalidRequestError, RequestAborted
 from parley.local_engine.hooks import TokenHook
 from parley.local_engine.outputs import StreamDelta
-from parley.server.errors import ApiError, ErrorKind, invalid
+from parley.local_engine.tokenizer import Tokenizer
+from parley.server.errors import ApiError, ErrorKind, engine_error
 
 __all__ = ["Detokenizer", "RawEnd", "RawPiece", "RawTurn"]
 
@@ -31,7 +32,7 @@ _MAX_UTF8_HOLD = 6
 class Detokenizer:
     """Token ids in, new text out, decoding a short window so merges at token boundaries come out right."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.prefix = 0
@@ -107,19 +108,9 @@ class RawTurn:
         try:
             self._first = await anext(self._stream, None)
             self._first_at = time.perf_counter()
-        except AdmissionError as exc:
+        except (AdmissionError, RequestAborted, InvalidRequestError) as exc:
             self._finished = True
-            full = "full" in str(exc).lower() or "queue" in str(exc).lower()
-            raise ApiError(f"request refused at admission: {exc}",
-                           kind=ErrorKind.RATE_LIMIT if full else ErrorKind.OVERLOADED,
-                           code="queue_full" if full else "deadline_unreachable",
-                           retry_after_s=exc.retry_after_s if exc.retry_after_s is not None else 1.0) from None
-        except RequestAborted as exc:
-            self._finished = True
-            raise ApiError(f"request dropped: {exc}", kind=ErrorKind.OVERLOADED, retry_after_s=1.0) from None
-        except InvalidRequestError as exc:
-            self._finished = True
-            raise invalid(str(exc)) from None
+            raise engine_error(exc) from None
 
     async def events(self) -> AsyncIterator[RawPiece | RawEnd]:
         detok = Detokenizer(self.engine.tokenizer)
@@ -152,7 +143,7 @@ class RawTurn:
             if tail:
                 yield RawPiece(tail, [])
         except RequestAborted as exc:
-            raise ApiError(f"request dropped: {exc}", kind=ErrorKind.OVERLOADED, retry_after_s=1.0) from None
+            raise engine_error(exc) from None
         finally:
             await self.close()
         yield RawEnd(reason, prompt_tokens, cached, output, ttft, time.perf_counter() - self.arrival)

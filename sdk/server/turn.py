@@ -3,8 +3,9 @@
 The routes decode a wire request into a `WireTurn` (a `ModelRequest`, the server-only extras, and
 which wire parameter set each request field); `ServerTurn` runs it as the SDK would and turns
 every failure into an `ApiError`: what the request got wrong is a 400 naming the client's own
-parameter (``response_format.json_schema.schema``, ``max_completion_tokens``...), a refusal at
-admission a 429 (queue full) or 503 (deadline) with `retry-after`, an engine drop mid-way a 503.
+parameter (``response_format.json_schema.schema``, ``max_completion_tokens``...); the engine's
+refusals are mapped by their type (`parley.server.errors.engine_error`): a refusal at admission a
+429 (`QueueFullError`) or 503 (`DeadlineUnreachableError`) with `retry-after`, a drop mid-way a 503.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from parley.constrained import BackendUnavailableError, Choice, Grammar, Regex
 from parley.local_engine.errors import AdmissionError, InvalidRequestError, RequestAborted
 from parley.protocol import ProtocolError
 from parley.server.context import ServerState
-from parley.server.errors import ApiError, ErrorKind, invalid
+from parley.server.errors import ApiError, ErrorKind, engine_error, invalid
 
 __all__ = ["LogprobChunk", "ServerTurn", "TurnEnd", "WireTurn", "rendering_error"]
 
@@ -41,10 +42,6 @@ class WireTurn:
 def rendering_error(exc: ProtocolError) -> ApiError:
     """A conversation the codec cannot render: the client's 400, on the field the error names."""
     return invalid(str(exc), param=getattr(exc, "param", None) or "messages")
-
-
-def _overloaded(message: str) -> ApiError:
-    return ApiError(message, kind=ErrorKind.OVERLOADED, retry_after_s=1.0)
 
 
 class ServerTurn:
@@ -73,7 +70,7 @@ class ServerTurn:
         except ProtocolError as exc:
             raise rendering_error(exc) from None
         except InvalidRequestError as exc:
-            raise invalid(str(exc)) from None
+            raise engine_error(exc) from None
         except BackendUnavailableError as exc:  # our installation's fault, not the client's
             raise ApiError(f"structured output is unavailable: {exc}", kind=ErrorKind.INTERNAL) from None
         self.request_id = self.turn.request_id
@@ -90,25 +87,15 @@ class ServerTurn:
         """Submit and wait for the engine's first answer; refusals become 429/503 with `retry-after`."""
         try:
             await self.turn.start()
-        except AdmissionError as exc:
-            full = "full" in str(exc).lower() or "queue" in str(exc).lower()
-            raise ApiError(
-                f"request refused at admission: {exc}",
-                kind=ErrorKind.RATE_LIMIT if full else ErrorKind.OVERLOADED,
-                code="queue_full" if full else "deadline_unreachable",
-                retry_after_s=exc.retry_after_s if exc.retry_after_s is not None else 1.0,
-            ) from None
-        except RequestAborted as exc:
-            raise _overloaded(f"request dropped: {exc}") from None
-        except InvalidRequestError as exc:
-            raise invalid(str(exc)) from None
+        except (AdmissionError, RequestAborted, InvalidRequestError) as exc:
+            raise engine_error(exc) from None
 
     async def events(self) -> AsyncIterator[TurnItem]:
         try:
             async for item in self.turn.events():
                 yield item
         except RequestAborted as exc:
-            raise _overloaded(f"request dropped: {exc}") from None
+            raise engine_error(exc) from None
 
     async def close(self) -> None:
         await self.turn.close()

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from parley.constrained.schema_refs import MISSING, resolve_ref
+from parley.constrained.schema.refs import MISSING, resolve_ref
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,11 @@ from tests.local_engine.conftest import engine_from_hf, prompts_of, tiny_hf_mode
 torch = pytest.importorskip("torch")
 
 from parley.local_engine import (  # noqa: E402
-    AdmissionError,
+    DeadlineUnreachableError,
     EngineConfig,
     EngineError,
     InvalidRequestError,
+    QueueFullError,
     RequestAborted,
     SamplingParams,
     StreamDelta,
@@ -180,7 +181,7 @@ def test_bad_sampling_params_are_refused(kwargs: dict[str, Any]) -> None:
 
 async def test_deadline_refused_at_arrival_with_retry_hint(tiny_engine: Any) -> None:
     tiny_engine.generate(prompts_of([30]), GREEDY)  # measure step times
-    with pytest.raises(AdmissionError) as info:
+    with pytest.raises(DeadlineUnreachableError) as info:
         async for _ in tiny_engine.stream(prompts_of([30])[0], SamplingParams(max_tokens=500), deadline_s=1e-6):
             pass
     assert info.value.retry_after_s is not None and info.value.retry_after_s > 0
@@ -211,7 +212,7 @@ def test_bounded_waiting_queue_refuses_overflow(tiny_hf: Any) -> None:
                 streams.append(engine._submit(prompts_of([8])[0], SamplingParams(max_tokens=200, ignore_eos=True),
                                               lambda item: None, hooks=None, tenant=None, request_id=f"q{i}",
                                               deadline_s=None))
-            except AdmissionError as exc:
+            except QueueFullError as exc:
                 refused += 1
                 assert exc.retry_after_s is not None
         assert refused >= 12 - 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from parley.local_engine import AdmissionError, EngineError, RequestAborted, SamplingParams, StreamDelta
+from parley.local_engine import AdmissionError, EngineError, QueueFullError, RequestAborted, SamplingParams, StreamDelta
 from parley.local_engine.testing import ByteTokenizer, FakeEngine
 
 END = ByteTokenizer.eos_token_id
@@ -73,7 +73,7 @@ async def test_forced_tokens_replace_the_script_and_forbidden_ones_are_recorded(
 
 async def test_refusal_drops_and_aborts_behave_like_the_engine() -> None:
     engine = FakeEngine("x" * 50)
-    engine.refuse = AdmissionError("the waiting queue is full", retry_after_s=1.0)
+    engine.refuse = QueueFullError("the waiting queue is full", retry_after_s=1.0)
     with pytest.raises(AdmissionError):
         await _run(engine, [1], max_tokens=4)
     engine.refuse, engine.drop_after = None, 3

@@ -4,11 +4,13 @@
     turn.py              `LocalTurn`: render, hooks, sampling, the engine stream, parsing, usage; the
                          server's routes run the very same turn (`parley.server.turn`)
     engine_port.py       `EnginePort`: the typed seam to `parley.local_engine.Engine` (or a fake)
-    codec.py             `PromptCodec`: a model family's prompt format; `codec_for` picks one
-    hooks.py             the hook policy for chat-template families (grammars, triggers, budgets)
+    family.py            `PromptFamily`: the contract a prompt family fulfils (render, stop ids, parser, hooks)
+    codec.py             `codec_for`: picks the family for a tokenizer
+    chat_template.py     `ChatTemplatePrompts`: ChatML / the model's own template, with the text-marker hooks
     harmony.py           `HarmonyPrompts`: gpt-oss's Harmony format
     harmony_hooks.py     the structure-aware Harmony hook (headers, arguments by recipient, budget)
     harmony_tokenizer.py the o200k_harmony tokenizer, built locally from the o200k vocabulary
+    constraints.py       what every family's hook policy shares: callable tools, schema checks, compiling
 """
 
 from parley.backends.local.backend import DEFAULT_MAX_TOKENS, LocalBackend, shared_engine

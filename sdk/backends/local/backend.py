@@ -1,9 +1,9 @@
 """`LocalBackend`: the agent loop over parley's own engine, with constrained tools and answers.
 
 Each request is one `LocalTurn` (`parley.backends.local.turn`, the code `parley serve` runs too):
-the model family's codec renders the conversation (content can never produce special tokens),
-the hook policy (`parley.backends.local.hooks`) constrains tool calls and typed answers and
-enforces the reasoning budget, the engine streams, and the codec's parser turns tokens back into
+the model's prompt family (`parley.backends.local.family`) renders the conversation (content can
+never produce special tokens), the family's hook policy constrains tool calls and typed answers and
+enforces the reasoning budget, the engine streams, and the family's parser turns tokens back into
 events. The tenant becomes the engine's cache salt (prefix-cache blocks are never shared across
 tenants); `Usage.cache_read_tokens` is the engine's cached prompt tokens, `input_tokens` the rest.
 """
@@ -15,8 +15,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from parley.backends.base import BackendCapabilities, ModelRequest, ModelResponse
-from parley.backends.local.codec import PromptCodec, codec_for
+from parley.backends.local.codec import codec_for
 from parley.backends.local.engine_port import EnginePort
+from parley.backends.local.family import PromptFamily
 from parley.backends.local.turn import LocalTurn, LogprobChunk, TurnEnd, TurnOptions
 from parley.errors import ConfigurationError
 from parley.protocol import Event, Message, MessageEnd, Usage, UsageEvent
@@ -71,7 +72,7 @@ class LocalBackend:
         engine: EnginePort | None = None,
         device: str | None = None,
         dtype: str | None = None,
-        codec: PromptCodec | None = None,
+        codec: PromptFamily | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         quantization: str | None = "auto",
         engine_config: EngineConfig | None = None,
@@ -101,7 +102,7 @@ class LocalBackend:
         return self._engine
 
     @property
-    def codec(self) -> PromptCodec:
+    def codec(self) -> PromptFamily:
         if self._codec is None:
             self._codec = codec_for(self.engine.tokenizer)
         return self._codec

@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from parley.local_engine.config import SamplingParams
 from parley.local_engine.hooks import TokenHook
 from parley.local_engine.outputs import StreamDelta
+from parley.local_engine.tokenizer import Tokenizer
 
 
 @runtime_checkable
@@ -21,8 +22,8 @@ class EnginePort(Protocol):
     """The engine as a local turn uses it."""
 
     @property
-    def tokenizer(self) -> Any:
-        """A Hugging Face tokenizer, or a duck-typed stand-in (codecs and grammar compilers read it)."""
+    def tokenizer(self) -> Tokenizer:
+        """A Hugging Face tokenizer, or a stand-in such as `ByteTokenizer` (families and grammar compilers read it)."""
         ...
 
     @property

@@ -1,4 +1,4 @@
-"""`HarmonyPrompts`: the `PromptCodec` of gpt-oss (OpenAI's Harmony format) for the one local turn.
+"""`HarmonyPrompts`: the `PromptFamily` of gpt-oss (OpenAI's Harmony format) for the one local turn.
 
 Rendering is `parley.protocol.harmony`'s, exactly: `render_conversation_for_completion` of the
 request's conversation, its function tools in the developer message, envelope system/developer text
@@ -25,18 +25,20 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from parley.backends.local.family import OutputParser, ReasoningArg, TurnHooks, as_reasoning
+from parley.backends.local.harmony_tokenizer import HarmonyTokenizer, is_harmony_tokenizer
+from parley.constrained.hook import Trigger
+from parley.local_engine.tokenizer import Tokenizer
 from parley.protocol import Conversation, Event, ToolCall, ToolSpec, harmony
-from parley.protocol._harmony_envelope import recipient_for
 from parley.protocol.errors import CodecConfigError
+from parley.protocol.harmony._envelope import recipient_for
 from parley.reasoning import Reasoning
 
 if TYPE_CHECKING:
     from parley.backends.base import ModelRequest
-    from parley.backends.local.codec import OutputParser, ReasoningArg
     from parley.backends.local.engine_port import EnginePort
-    from parley.backends.local.hooks import TurnHooks
 
 __all__ = ["HarmonyPrompts", "harmony_effort", "ordinary_token_bytes"]
 
@@ -61,7 +63,7 @@ def _unicode_to_byte() -> dict[str, int]:
     return {char: byte for byte, char in table.items()}
 
 
-def ordinary_token_bytes(tokenizer: Any) -> dict[int, bytes]:
+def ordinary_token_bytes(tokenizer: HarmonyTokenizer) -> dict[int, bytes]:
     """Each ordinary (non-Harmony-special) id's bytes, read from a byte-level BPE vocabulary."""
     table = _unicode_to_byte()
     out: dict[int, bytes] = {}
@@ -75,12 +77,12 @@ def ordinary_token_bytes(tokenizer: Any) -> dict[int, bytes]:
     return out
 
 
-_TABLES: weakref.WeakKeyDictionary[Any, tuple[dict[int, bytes], dict[bytes, tuple[int, ...]]]]
+_TABLES: weakref.WeakKeyDictionary[HarmonyTokenizer, tuple[dict[int, bytes], dict[bytes, tuple[int, ...]]]]
 _TABLES = weakref.WeakKeyDictionary()
 _TABLES_LOCK = threading.Lock()
 
 
-def _tables(tokenizer: Any) -> tuple[dict[int, bytes], dict[bytes, tuple[int, ...]]]:
+def _tables(tokenizer: HarmonyTokenizer) -> tuple[dict[int, bytes], dict[bytes, tuple[int, ...]]]:
     """A tokenizer's id -> bytes and bytes -> ids tables, built once per tokenizer object (~1 s for o200k)."""
     with _TABLES_LOCK:
         hit = _TABLES.get(tokenizer)
@@ -100,7 +102,7 @@ class _TokenizerBase:
 
     name = "tokenizer"
 
-    def __init__(self, tokenizer: Any, token_bytes: dict[int, bytes]) -> None:
+    def __init__(self, tokenizer: Tokenizer, token_bytes: dict[int, bytes]) -> None:
         self._tokenizer = tokenizer
         self._bytes = token_bytes
 
@@ -132,20 +134,18 @@ class HarmonyOutputParser:
 
 
 class HarmonyPrompts:
-    """`PromptCodec` for gpt-oss over `parley.protocol.harmony` (see the module docstring)."""
+    """`PromptFamily` for gpt-oss over `parley.protocol.harmony` (see the module docstring)."""
 
     stop_token_ids: tuple[int, ...] = (RETURN_ID, CALL_ID)
 
-    def __init__(self, tokenizer: Any, *, system: harmony.SystemContent | None = None) -> None:
-        from parley.backends.local.harmony_tokenizer import is_harmony_tokenizer
-
+    def __init__(self, tokenizer: Tokenizer, *, system: harmony.SystemContent | None = None) -> None:
         if not is_harmony_tokenizer(tokenizer):
             raise CodecConfigError(
                 "Harmony prompts need an o200k_harmony tokenizer (<|channel|>, <|start|>, <|message|> at their "
                 "Harmony ids): the checkpoint's own, or "
                 "parley.backends.local.harmony_tokenizer.o200k_harmony_tokenizer()"
             )
-        self.tokenizer = tokenizer
+        self.tokenizer: HarmonyTokenizer = tokenizer
         self.system = system if system is not None else harmony.SystemContent()
         """The system message's defaults (identity, knowledge cutoff, date); the effort comes per request."""
 
@@ -173,8 +173,6 @@ class HarmonyPrompts:
         self, conversation: Conversation, tools: Sequence[ToolSpec], *, reasoning: ReasoningArg
     ) -> harmony.RenderedPrompt:
         """The prompt as Harmony pieces (what `render` encodes)."""
-        from parley.backends.local.codec import as_reasoning
-
         system = self.system_content(as_reasoning(reasoning))
         return harmony.render_conversation_for_completion(conversation, system=system, tools=list(tools))
 
@@ -193,3 +191,7 @@ class HarmonyPrompts:
         from parley.backends.local.harmony_hooks import harmony_hooks
 
         return harmony_hooks(request, self, engine, constrain_auto_tools=constrain_auto_tools)
+
+    def answer_triggers(self, *, reasoning: bool) -> tuple[Trigger, ...] | None:
+        """None: the answer sits inside channel headers a text grammar cannot see."""
+        return None

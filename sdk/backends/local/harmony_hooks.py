@@ -44,12 +44,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from parley.backends.base import ModelRequest
+from parley.backends.local.constraints import callable_tools, check_schema, compile_constraint, tool_field
 from parley.backends.local.engine_port import EnginePort
-from parley.backends.local.hooks import TurnHooks, callable_tools, check_schema, compile_constraint, tool_field
+from parley.backends.local.family import TurnHooks
 from parley.constrained import ConstraintHook
 from parley.constrained.specs import JsonSchema
 from parley.protocol import ToolSpec, harmony
-from parley.protocol._harmony_envelope import recipient_for
+from parley.protocol.harmony._envelope import recipient_for
 from parley.reasoning import ReasoningBudgetHook, local_budget
 
 if TYPE_CHECKING:

@@ -24,19 +24,22 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
+from parley.local_engine.tokenizer import Tokenizer
 from parley.protocol import harmony
-from parley.protocol._harmony_tokens import (
+from parley.protocol.errors import VocabularyUnavailableError
+from parley.protocol.harmony._tokens import (
     O200K_FILE,
     O200K_PATTERN,
     O200K_SHA256,
     cache_dir,
     parse_tiktoken_ranks,
 )
-from parley.protocol.errors import VocabularyUnavailableError
 
-__all__ = ["HARMONY_VOCAB_SIZE", "is_harmony_tokenizer", "o200k_harmony_tokenizer", "tokenizer_cache_path"]
+__all__ = [
+    "HARMONY_VOCAB_SIZE", "HarmonyTokenizer", "is_harmony_tokenizer", "o200k_harmony_tokenizer", "tokenizer_cache_path"
+]
 
 HARMONY_VOCAB_SIZE = 201088
 """gpt-oss's logits width: ordinary ids and Harmony specials below it."""
@@ -44,7 +47,17 @@ _BUILD_VERSION = 1
 _NAMED = {"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>"}
 _MARKERS = ("<|channel|>", "<|start|>", "<|message|>")
 _LOCK = threading.Lock()
-_LOADED: dict[str, Any] = {}
+_LOADED: dict[str, HarmonyTokenizer] = {}
+
+
+class HarmonyTokenizer(Tokenizer, Protocol):
+    """A `Tokenizer` with Harmony's specials at their ids and a readable vocabulary (what `HarmonyPrompts` reads)."""
+
+    def convert_tokens_to_ids(self, token: str) -> int: ...
+
+    def get_vocab(self) -> dict[str, int]:
+        """Token string -> id (byte-level BPE strings for ordinary tokens)."""
+        ...
 
 
 def tokenizer_cache_path() -> Path:
@@ -114,7 +127,7 @@ def _backend() -> Any:
     return backend
 
 
-def o200k_harmony_tokenizer() -> Any:
+def o200k_harmony_tokenizer() -> HarmonyTokenizer:
     """The `o200k_harmony` `PreTrainedTokenizerFast` (one per process; see the module docstring).
 
     Raises `VocabularyUnavailableError` naming the missing vocabulary file and the command that builds it.
@@ -133,7 +146,7 @@ def o200k_harmony_tokenizer() -> Any:
         return tokenizer
 
 
-def is_harmony_tokenizer(tokenizer: Any) -> bool:
+def is_harmony_tokenizer(tokenizer: object) -> TypeGuard[HarmonyTokenizer]:
     """True for an `o200k_harmony` tokenizer (ours, a gpt-oss checkpoint's): Harmony's specials at their ids."""
     convert = getattr(tokenizer, "convert_tokens_to_ids", None)
     if convert is None:

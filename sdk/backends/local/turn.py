@@ -1,7 +1,7 @@
 """One assistant turn on the local engine: the code `LocalBackend` and `parley serve` share.
 
 A `ModelRequest` (plus the few things only a server sends: request id, deadline, logprobs) is
-rendered by the model family's codec, constrained by the hook policy (`hooks`), mapped to
+rendered by the model's prompt family (`family.PromptFamily`), constrained by its hooks, mapped to
 `SamplingParams`, streamed from the engine and parsed back into `parley.protocol` events, closed
 by one `TurnEnd` carrying the assistant message and the token figures. Every rule lives here once:
 
@@ -34,9 +34,9 @@ from typing import Literal
 
 from parley.backends.base import ModelRequest
 from parley.backends.errors import LocalRequestError
-from parley.backends.local.codec import PromptCodec
+from parley.backends.local.constraints import callable_tools, compile_constraint
 from parley.backends.local.engine_port import EnginePort
-from parley.backends.local.hooks import TurnHooks, build_hooks, callable_tools, compile_constraint
+from parley.backends.local.family import PromptFamily, TurnHooks
 from parley.constrained import Choice, ConstraintHook, Grammar, Regex
 from parley.local_engine.config import SamplingParams
 from parley.local_engine.hooks import ComposedHook, TokenHook
@@ -204,7 +204,7 @@ class LocalTurn:
     """One request on the engine: `await start()`, then `async for item in events()`; `close()` always."""
 
     def __init__(
-        self, engine: EnginePort, codec: PromptCodec, request: ModelRequest, options: TurnOptions | None = None
+        self, engine: EnginePort, codec: PromptFamily, request: ModelRequest, options: TurnOptions | None = None
     ) -> None:
         self.engine = engine
         self.codec = codec
@@ -216,9 +216,7 @@ class LocalTurn:
         self.tools_on = bool(callable_tools(request))
         self.prompt_ids = self._render()
         self.max_tokens = self._token_limit()
-        self.hooks: TurnHooks = build_hooks(
-            request, codec, engine, constrain_auto_tools=options.constrain_auto_tools
-        )
+        self.hooks: TurnHooks = codec.build_hooks(request, engine, constrain_auto_tools=options.constrain_auto_tools)
         if options.constraint is not None:
             self.hooks = self._with_constraint(options.constraint)
         self.params = self._sampling_params()
@@ -250,16 +248,16 @@ class LocalTurn:
                 field="output_constraint",
                 code="invalid_request",
             )
-        triggers_for = getattr(self.codec, "answer_triggers", None)
-        if triggers_for is None:  # e.g. Harmony: the answer sits inside channel headers a text grammar cannot see
+        reasoning = self.hooks.reasoning
+        triggers = self.codec.answer_triggers(reasoning=reasoning is not None)
+        if triggers is None:  # e.g. Harmony: the answer sits inside channel headers a text grammar cannot see
             raise LocalRequestError(
                 "output_constraint: regex, choice and grammar constraints are not available for this model family",
                 field="output_constraint",
                 code="unsupported_value",
             )
-        reasoning = self.hooks.reasoning
         matcher = compile_constraint(spec, self.engine, self.codec.stop_token_ids, "output_constraint")
-        constraint = ConstraintHook(matcher, triggers=list(triggers_for(reasoning=reasoning is not None)))
+        constraint = ConstraintHook(matcher, triggers=list(triggers))
         hook: TokenHook = constraint if reasoning is None else ComposedHook([reasoning, constraint])
         return TurnHooks(hook=hook, reasoning=reasoning, constraint=constraint)
 
@@ -302,10 +300,10 @@ class LocalTurn:
         if self.options.deadline_s is not None:
             remaining = self.options.deadline_s - (time.perf_counter() - self.arrival)
             if remaining <= 0:
-                from parley.local_engine.errors import AdmissionError
+                from parley.local_engine.errors import DeadlineUnreachableError
 
                 self._finished = True
-                raise AdmissionError(
+                raise DeadlineUnreachableError(
                     f"the deadline of {self.options.deadline_s:g}s passed before the request reached the engine",
                     retry_after_s=1.0,
                 )

@@ -18,7 +18,8 @@ from pydantic import BaseModel
 from parley import Agent, Reasoning, RunState, tool
 from parley.backends import LocalBackend, ModelRequest, NamedToolChoice, SamplingSettings
 from parley.backends.base import ToolChoice
-from parley.backends.local.codec import ChatTemplatePrompts, codec_for
+from parley.backends.local.chat_template import ChatTemplatePrompts
+from parley.backends.local.codec import codec_for
 from parley.backends.local.harmony import HarmonyPrompts
 from parley.backends.local.harmony_hooks import HarmonyTurnHook
 from parley.local_engine.testing import ByteTokenizer, FakeEngine

@@ -17,7 +17,8 @@ from pydantic import BaseModel
 
 from parley import Agent, Reasoning, RunState, tool
 from parley.backends import LocalBackend, ModelRequest, SamplingSettings
-from parley.backends.local.codec import ChatTemplatePrompts, codec_for
+from parley.backends.local.chat_template import ChatTemplatePrompts
+from parley.backends.local.codec import codec_for
 from parley.local_engine.testing import FakeEngine
 from parley.protocol import Conversation, Message, ToolSpec
 

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from parley.local_engine.errors import AdmissionError
+from parley.local_engine.errors import AdmissionError, DeadlineUnreachableError, QueueFullError
 from parley.local_engine.testing import FakeEngine
 from parley.server import BackgroundServer
 from parley.server.metrics import parse_exposition
@@ -256,12 +256,14 @@ def test_client_disconnect_mid_stream_aborts_and_frees_blocks() -> None:
 
 
 @pytest.mark.parametrize(
-    ("message", "status", "anthropic_type"),
-    [("waiting queue is full", 429, "rate_limit_error"), ("deadline cannot be met", 503, "overloaded_error")],
+    ("refusal", "status", "anthropic_type"),
+    [(QueueFullError, 429, "rate_limit_error"), (DeadlineUnreachableError, 503, "overloaded_error")],
 )
-def test_admission_refusal_is_immediate_with_retry_after(message: str, status: int, anthropic_type: str) -> None:
+def test_admission_refusal_is_immediate_with_retry_after(
+    refusal: type[AdmissionError], status: int, anthropic_type: str
+) -> None:
     engine = FakeEngine()
-    engine.refuse = AdmissionError(message, retry_after_s=2.5)
+    engine.refuse = refusal("refused", retry_after_s=2.5)
     with serve(engine) as server:
         response = httpx.post(
             server.base_url + "/v1/chat/completions",

@@ -20,17 +20,17 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from parley.protocol._harmony_header import ParsedHeader
-from parley.protocol._harmony_tokens import CONSTRAIN
-from parley.protocol._harmony_types import (
+from parley.protocol.envelope import Message, Part, ReasoningPart, Role, TextPart, ToolCall, ToolResult, refuse_media
+from parley.protocol.errors import InvalidArgumentsError, OrphanToolResultError, ProtocolError, UnknownRoleError
+from parley.protocol.harmony._header import ParsedHeader
+from parley.protocol.harmony._tokens import CONSTRAIN
+from parley.protocol.harmony._types import (
     HARMONY_ROLES,
     DeveloperContent,
     HarmonyMessage,
     SystemContent,
     ToolNamespace,
 )
-from parley.protocol.envelope import Message, Part, ReasoningPart, Role, TextPart, ToolCall, ToolResult, refuse_media
-from parley.protocol.errors import InvalidArgumentsError, OrphanToolResultError, ProtocolError, UnknownRoleError
 from parley.protocol.tool_spec import ToolSpec
 
 CallIdFactory = Callable[[], str]

@@ -240,9 +240,6 @@ class HarmonyEncoding:
     def stop_tokens(self) -> set[int]:
         return {SPECIAL_TOKENS[t] for t in STOP_TOKENS}
 
-    def stop_tokens_for_assistant_actions(self) -> set[int]:
-        return {SPECIAL_TOKENS[t] for t in STOP_TOKENS_FOR_ASSISTANT_ACTIONS}
-
     # -- encoding ------------------------------------------------------------------------------------
     def encode_ordinary(self, text: str) -> list[int]:
         """Encode text with every special-token string treated as plain text (the untrusted-text path)."""

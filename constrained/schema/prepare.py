@@ -8,7 +8,7 @@ warning and validate every output — applies to tool arguments exactly as to a 
 
 1. `check_schema` (per tool first, so errors name the tool's own paths);
 2. pointers through `patternProperties` members or to subschemas outside schema keywords are
-   hoisted into `$defs` (see `parley.constrained.schema_refs.hoist_refs`);
+   hoisted into `$defs` (see `parley.constrained.schema.refs.hoist_refs`);
 3. `pattern`s become full-match regexes with escaped control characters;
 4. `properties: {"x": false}` ("x must not appear"; neither backend compiles a `false` schema) is
    removed: exact where extra keys are forbidden, otherwise recorded as relaxed.
@@ -20,8 +20,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from parley.constrained.schema_refs import hoist_refs
-from parley.constrained.schema_support import KeywordUse, check_schema, iter_subschemas, rewrite_patterns
+from parley.constrained.schema.check import check_schema
+from parley.constrained.schema.patterns import rewrite_patterns
+from parley.constrained.schema.refs import hoist_refs
+from parley.constrained.schema.walk import KeywordUse, iter_subschemas
 from parley.constrained.specs import JsonSchema, ToolCalls
 
 

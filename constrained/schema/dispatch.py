@@ -30,8 +30,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from parley.constrained.schema_refs import MISSING, resolve_ref
-from parley.constrained.schema_support import KeywordUse, iter_subschemas
+from parley.constrained.schema.refs import MISSING, resolve_ref
+from parley.constrained.schema.walk import KeywordUse, iter_subschemas
 
 # Keywords that constrain a value (annotations such as title/description/default are not listed).
 ASSERTIONS = frozenset({

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from parley.protocol._harmony_tokens import CALL, CHANNEL, CONSTRAIN, END, MESSAGE, RETURN, START
-from parley.protocol._harmony_types import (
+from parley.protocol.errors import UnknownRoleError
+from parley.protocol.harmony._tokens import CALL, CHANNEL, CONSTRAIN, END, MESSAGE, RETURN, START
+from parley.protocol.harmony._types import (
     HARMONY_ROLES,
     DeveloperContent,
     HarmonyMessage,
     RenderedPrompt,
     SystemContent,
 )
-from parley.protocol._harmony_typescript import render_tools_section
-from parley.protocol.errors import UnknownRoleError
+from parley.protocol.harmony._typescript import render_tools_section
 
 Pieces = list[tuple[str, bool]]
 _FUNCTIONS_LINE = "Calls to these tools must go to the commentary channel: 'functions'."

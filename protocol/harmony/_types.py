@@ -7,11 +7,11 @@ against the reference test vectors exactly. `parley.protocol.harmony` converts b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Literal
 
-from parley.protocol._harmony_tokens import HarmonyEncoding, split_special
+from parley.protocol.harmony._tokens import HarmonyEncoding, split_special
 from parley.protocol.tool_spec import ToolSpec
 
 ReasoningEffort = Literal["low", "medium", "high"]
@@ -51,9 +51,6 @@ class SystemContent:
     valid_channels: tuple[str, ...] | None = DEFAULT_CHANNELS
     channel_required: bool = True
     tools: tuple[ToolNamespace, ...] = ()
-
-    def with_required_channels(self, channels: Sequence[str]) -> SystemContent:
-        return replace(self, valid_channels=tuple(channels), channel_required=True)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The Harmony codec from parley's side: envelope in, text/ids out, and model output back as events.
 
-Conformance with the reference vectors is in `test_harmony_conformance.py`; this file specifies what
+Conformance with the reference vectors is in `test_conformance.py`; this file specifies what
 parley adds: the envelope mapping, tool-call pairing, the trust boundary and typed errors.
 """
 

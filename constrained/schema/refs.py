@@ -19,7 +19,7 @@ import copy
 from typing import Any
 from urllib.parse import unquote
 
-from parley.constrained.schema_support import iter_subschemas
+from parley.constrained.schema.walk import iter_subschemas
 
 MISSING = object()
 

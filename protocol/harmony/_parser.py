@@ -14,10 +14,10 @@ from __future__ import annotations
 from enum import Enum
 from typing import Protocol
 
-from parley.protocol._harmony_header import HeaderError, ParsedHeader, header_as_content, parse_header
-from parley.protocol._harmony_tokens import CHANNEL, CONSTRAIN, MESSAGE, START, STOP_TOKENS, incremental_utf8_decoder
-from parley.protocol._harmony_types import HarmonyMessage
 from parley.protocol.errors import ParseError, ProtocolError
+from parley.protocol.harmony._header import HeaderError, ParsedHeader, header_as_content, parse_header
+from parley.protocol.harmony._tokens import CHANNEL, CONSTRAIN, MESSAGE, START, STOP_TOKENS, incremental_utf8_decoder
+from parley.protocol.harmony._types import HarmonyMessage
 
 MAX_HEADER_BYTES = 64 * 1024
 """A header longer than this is malformed output (a model that never writes `<|message|>`)."""

@@ -1,7 +1,7 @@
 """`StreamParser`: Harmony model output, one token id or one text chunk at a time, as parley events.
 
 It never raises while fed. Malformed output becomes an `ErrorEvent` (its `code` says what: see
-`_harmony_parser`), the partial message is flushed as a `MessageEnd` with `finish_reason="error"`,
+`_parser`), the partial message is flushed as a `MessageEnd` with `finish_reason="error"`,
 and parsing resumes at the next `<|start|>`.
 
 Events per message: tool calls give `ToolCallStart` / `ToolCallDelta` (argument text) /
@@ -13,21 +13,6 @@ first, lenient mode) or `"error"`.
 
 from __future__ import annotations
 
-from parley.protocol._harmony_envelope import CallIdFactory, EnvelopeConverter, Opened, tool_name_for
-from parley.protocol._harmony_header import ParsedHeader
-from parley.protocol._harmony_parser import HarmonyMachine, StreamState
-from parley.protocol._harmony_tokens import (
-    CALL,
-    END,
-    RETURN,
-    SPECIAL_BY_ID,
-    HarmonyEncoding,
-    could_start_special,
-    encodable_text,
-    load_harmony_encoding,
-    split_special,
-)
-from parley.protocol._harmony_types import HarmonyMessage
 from parley.protocol.envelope import Role, ToolCall
 from parley.protocol.errors import DecodeError, ProtocolError, VocabularyUnavailableError
 from parley.protocol.events import (
@@ -40,6 +25,21 @@ from parley.protocol.events import (
     ToolCallEnd,
     ToolCallStart,
 )
+from parley.protocol.harmony._envelope import CallIdFactory, EnvelopeConverter, Opened, tool_name_for
+from parley.protocol.harmony._header import ParsedHeader
+from parley.protocol.harmony._parser import HarmonyMachine, StreamState
+from parley.protocol.harmony._tokens import (
+    CALL,
+    END,
+    RETURN,
+    SPECIAL_BY_ID,
+    HarmonyEncoding,
+    could_start_special,
+    encodable_text,
+    load_harmony_encoding,
+    split_special,
+)
+from parley.protocol.harmony._types import HarmonyMessage
 
 _FINISH = {RETURN: "return", CALL: "call", END: "end"}
 

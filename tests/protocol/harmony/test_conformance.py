@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from parley.protocol import harmony
-from parley.protocol._harmony_tokens import HarmonyEncoding
 from parley.protocol.errors import ProtocolError
 from parley.protocol.events import ErrorEvent
+from parley.protocol.harmony._tokens import HarmonyEncoding
 from parley.protocol.tool_spec import ToolSpec
 from tests.conftest import SHARED
 
@@ -140,7 +140,7 @@ def units(case_input: list[dict[str, Any]], encoding: HarmonyEncoding | None) ->
 
 
 def harmony_split(text: str) -> list[tuple[str, bool]]:
-    from parley.protocol._harmony_tokens import split_special
+    from parley.protocol.harmony._tokens import split_special
 
     return split_special(text)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from parley.protocol._harmony_tokens import CHANNEL, CONSTRAIN
-from parley.protocol._harmony_types import HARMONY_ROLES
 from parley.protocol.errors import ParseError, ProtocolError, UnknownRoleError
+from parley.protocol.harmony._tokens import CHANNEL, CONSTRAIN
+from parley.protocol.harmony._types import HARMONY_ROLES
 
 _ASCII_WS = re.compile(r"[ \t\n\x0c\r]+")
 _CHANNEL_VALUE = re.compile(r"[^\s<]*")

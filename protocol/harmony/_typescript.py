@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from parley.protocol._harmony_types import ToolNamespace
+from parley.protocol.harmony._types import ToolNamespace
 from parley.protocol.tool_spec import ToolSpec
 
 
