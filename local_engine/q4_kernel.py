@@ -407,7 +407,8 @@ torch::Tensor group_gemm(torch::Tensor x, torch::Tensor qs, torch::Tensor d, tor
   int32_t* shp = sh.data();
   at::parallel_for(0, M, 64, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
-      if (simd && simd_level() == 2) quantize_avx512(xp + r * K, cs, K, qp + r * K, dxp + r * G, sxp + r * G, sip + r * G, shp + 2 * r * G);
+      if (simd && simd_level() == 2)
+        quantize_avx512(xp + r * K, cs, K, qp + r * K, dxp + r * G, sxp + r * G, sip + r * G, shp + 2 * r * G);
       else quantize_scalar(xp + r * K, cs, K, qp + r * K, dxp + r * G, sxp + r * G, sip + r * G, shp + 2 * r * G);
     }
   });
