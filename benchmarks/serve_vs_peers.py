@@ -236,6 +236,15 @@ class Reply:
 
 
 async def chat(client: httpx.AsyncClient, server: Server, messages: list[dict[str, str]], n: int) -> Reply:
+    """One streamed turn. A pooled keep-alive connection that the server closed just before it was reused (the
+    race behind llama-server's "Server disconnected without sending a response") is retried once, new."""
+    try:
+        return await _chat(client, server, messages, n)
+    except httpx.RemoteProtocolError:
+        return await _chat(client, server, messages, n)
+
+
+async def _chat(client: httpx.AsyncClient, server: Server, messages: list[dict[str, str]], n: int) -> Reply:
     body: dict[str, Any] = {"model": server.model, "messages": messages, "max_tokens": n, "temperature": 0,
                             "stream": True, "stream_options": {"include_usage": True}}
     if server.extra.get("ignore_eos"):

@@ -66,7 +66,7 @@ from parley.local_engine.models.gemm import WeightGemm
 GROUP = 32
 TILE = 16
 GROUP_SCHEMES: tuple[str, ...] = ("q4", "q8")
-EXTENSION_NAME = "parley_group_gemm_v3"
+EXTENSION_NAME = "parley_group_gemm_v8"
 
 
 # ---------------------------------------------------------------- row-major quantised weights
@@ -342,14 +342,15 @@ def compiler() -> str | None:
 def _build() -> Any:
     from torch.utils.cpp_extension import get_default_build_root, load_inline
 
-    from parley.local_engine.q4_kernel import FUNCTIONS, SOURCE
+    from parley.local_engine import q4_kernel, row_ops_kernel
 
     root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
     if not any(root.glob(f"**/{EXTENSION_NAME}*/*.so")):  # a first build takes about a minute on 2 cores
         print(f"parley: compiling the q4/q8 GEMM kernel into {root} (once per machine)", file=sys.stderr, flush=True)
     # cached by torch under $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), rebuilt when SOURCE changes
-    return load_inline(name=EXTENSION_NAME, cpp_sources=[SOURCE], functions=FUNCTIONS,
-                       extra_cflags=["-O3", "-ffp-contract=off"], verbose=False)
+    return load_inline(name=EXTENSION_NAME, cpp_sources=[q4_kernel.SOURCE, row_ops_kernel.SOURCE],
+                       functions=q4_kernel.FUNCTIONS + row_ops_kernel.FUNCTIONS,
+                       extra_cflags=["-O3", "-ffp-contract=off", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
 
 
 @lru_cache(maxsize=1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -96,13 +97,27 @@ def softmax_with_sinks(scores: torch.Tensor, sinks: torch.Tensor | None, out_dty
     return p if p.dtype == out_dtype else p.to(out_dtype)
 
 
-def _decode_group_plan(q: torch.Tensor, group: DecodeGroup, *, H: int, KVH: int, D: int) -> AttendFn:
+def _decode_group_plan(q: torch.Tensor, group: DecodeGroup, *, H: int, KVH: int, D: int, kernel: Any) -> AttendFn:
     """Attention of one decode group as one grouped matmul over (kv head, row): the G query heads of a KV head
-    share its gathered keys/values, read once; KV heads are never repeated."""
+    share its gathered keys/values, read once; KV heads are never repeated. With `kernel` (the quantised modes'
+    C++ extension, row_ops_kernel.py), one call that reads the pool through the gather list instead of 4-5 ATen
+    ops; its numerics are per row too (same alone, batched, or as a speculative verify row)."""
     G = H // KVH
     dev, dt = q.device, q.dtype
     gather = group.gather
     B, L = gather.shape
+    if kernel is not None:
+        mask2d = torch.empty(0) if group.mask is None else group.mask.reshape(B, L).contiguous()
+        q_rows = q[group.start : group.end] if group.rows is None else None
+        index = group.rows
+
+        def decode_attention_kernel(kvc: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+            qr = q_rows if q_rows is not None else q.index_select(0, index)  # type: ignore[arg-type]
+            s = torch.empty(0) if sinks is None else sinks.contiguous()
+            out: torch.Tensor = kernel.decode_attention(qr, kvc, gather, mask2d, s, KVH)
+            return out
+
+        return decode_attention_kernel
     flat = gather.reshape(-1)
     kvg = torch.empty(2 * KVH, B * L, D, device=dev, dtype=dt)
     kg_t = kvg[:KVH].view(KVH * B, L, D).transpose(1, 2)
@@ -138,11 +153,12 @@ def _decode_group_plan(q: torch.Tensor, group: DecodeGroup, *, H: int, KVH: int,
 
 def attention_plan(
     q: torch.Tensor, layout: AttentionLayout, *, num_heads: int, num_kv_heads: int, head_dim: int,
+    kernel: Any = None,
 ) -> AttendFn:
     """A per-layer attention function `(layer cache [2*KVH, slots, D], sinks [KVH, G] or None) -> [T, H*D]`.
 
     `q` is the step's query view `[T, H*D]`, already rotated and scaled by 1/sqrt(head_dim). Buffers and views
-    that do not depend on the layer are made here, once per step.
+    that do not depend on the layer are made here, once per step. `kernel`: see `_decode_group_plan`.
     """
     H, KVH, D = num_heads, num_kv_heads, head_dim
     G = H // KVH
@@ -154,7 +170,7 @@ def attention_plan(
         groups = layout.decode_groups or [
             DecodeGroup(None, 0, nd, layout.decode_gather, layout.decode_mask)  # type: ignore[arg-type]
         ]
-        plans = [_decode_group_plan(q, g, H=H, KVH=KVH, D=D) for g in groups]
+        plans = [_decode_group_plan(q, g, H=H, KVH=KVH, D=D, kernel=kernel) for g in groups]
         if len(plans) == 1 and groups[0].rows is None and groups[0].start == 0 and groups[0].end == nd:
             decode = plans[0]
         else:

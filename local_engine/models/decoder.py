@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -39,12 +40,18 @@ from parley.local_engine.models.layers import Checkpoint, rms_normalize, rms_nor
 from parley.local_engine.models.moe import MoeMlp, MoeWeights
 from parley.local_engine.models.rope import RotaryTables, interleave_rope_rows
 from parley.local_engine.quant import calibrate, check_quantization, make_gemm
-from parley.local_engine.quant4 import RowQuant, cat_rows, scale_columns
+from parley.local_engine.quant4 import GroupGemm, RowQuant, cat_rows, scale_columns
 from parley.local_engine.threads import mkl_set_num_threads_local, omp_set_num_threads
 
 
 def _noop(_: int) -> None:
     return None
+
+
+def _add_rms_normalize(residual: torch.Tensor, delta: torch.Tensor, eps: float) -> torch.Tensor:
+    """`residual += delta`, then the norm that reads it (what the C++ `add_rms_rows_` does in one call)."""
+    residual.add_(delta)
+    return rms_normalize(residual, eps)
 
 
 def _interleave_rows(w: Any, heads: int, head_dim: int) -> Any:
@@ -114,6 +121,9 @@ class DecoderModel:
         self.scale = 1.0 / math.sqrt(arch.head_dim)
         self.complex_rope = dtype in (torch.float32, torch.float64)
         self.gemm_threads: int | None = None  # CPU threads for weight GEMMs (None: the caller's setting)
+        # the quantised group modes run their residual adds and norms in C++ too (row_ops_kernel.py: one call
+        # where ATen takes six); fp32 and int8 keep ATen's ops and so HF's order of operations
+        self.row_ops: Any = self.gemm.ext if isinstance(self.gemm, GroupGemm) and self.gemm.ext is not None else None
         self.rope = RotaryTables(
             arch.rope, head_dim=arch.head_dim, num_heads=arch.num_heads, num_kv_heads=arch.num_kv_heads,
             max_positions=arch.max_position_embeddings, scale=self.scale, complex_form=self.complex_rope,
@@ -290,13 +300,20 @@ class DecoderModel:
         rotate = self.rope.rotation(qk, positions)
         q = qkv[:, :qs]
         attends: dict[int | None, AttendFn] = {
-            w: attention_plan(q, layout, num_heads=H, num_kv_heads=KVH, head_dim=D)
+            w: attention_plan(q, layout, num_heads=H, num_kv_heads=KVH, head_dim=D, kernel=self.row_ops)
             for w, layout in batch.layouts.items()
         }
         slots = batch.slot_mapping
         residual = self.embed.index_select(0, input_ids)
-        for kvc, L in zip(kv_cache.unbind(0), self.layers, strict=True):
-            h = rms_normalize(residual, eps)
+        rows = self.row_ops
+        add_norm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = (
+            partial(_add_rms_normalize, eps=eps)
+            if rows is None
+            else lambda res, delta: rows.add_rms_rows_(res, delta, eps)  # pybind: no keyword arguments
+        )
+        h = rows.rms_rows(residual, eps) if rows is not None else rms_normalize(residual, eps)
+        last = len(self.layers) - 1
+        for i, (kvc, L) in enumerate(zip(kv_cache.unbind(0), self.layers, strict=True)):
             many(threads)
             qkv.copy_(gemm(h, L.qkv, L.qkv_bias))  # into the buffer the step's q/k/v views look at
             many(1)
@@ -308,20 +325,22 @@ class DecoderModel:
             many(threads)
             o = gemm(attn, L.o, L.o_bias)
             many(1)
-            residual.add_(o)
-            h = rms_normalize(residual, eps)
+            h = add_norm(residual, o)
             if L.moe is not None:
-                residual.add_(L.moe(h, many, threads))
-                continue
-            assert L.gate_up is not None and L.down is not None
-            many(threads)
-            gu = gemm(h, L.gate_up, L.gate_up_bias)
-            many(1)
-            act = swiglu_(gu, inter)
-            many(threads)
-            down = gemm(act, L.down, L.down_bias)
-            many(1)
-            residual.add_(down)
+                mlp = L.moe(h, many, threads)
+            else:
+                assert L.gate_up is not None and L.down is not None
+                many(threads)
+                gu = gemm(h, L.gate_up, L.gate_up_bias)
+                many(1)
+                act = swiglu_(gu, inter)
+                many(threads)
+                mlp = gemm(act, L.down, L.down_bias)
+                many(1)
+            if i == last:
+                residual.add_(mlp)
+            else:
+                h = add_norm(residual, mlp)  # the next layer's input norm
         if omp is not None:
             omp(entry_threads)
         if mkl is not None:

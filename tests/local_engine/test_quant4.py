@@ -267,14 +267,16 @@ def test_smollm2_q4_stays_close_to_fp32(smol_q4: Engine, smol_engine: Engine) ->
     print(f"q4 vs fp32 on {len(ids)} tokens: perplexity {ppl32:.3f} -> {ppl4:.3f} "
           f"({100 * (ppl4 / ppl32 - 1):+.2f} %), top-1 {top1:.3f}, KL {kl:.4f}")
     assert abs(ppl4 / ppl32 - 1) < 0.02 and top1 >= 0.90
-    # greedy answers begin as fp32's (prompts without a near-tie at their first token)
+    # greedy answers begin as fp32's, up to the first near-tie: at the photosynthesis answer's 6th token fp32's
+    # top two logits are 0.11 apart (" biological" 22.254, " process" 22.144), which the C++ norm and attention
+    # of the quantised modes (another summation order) flip
     from parley.local_engine.bench import QUESTIONS, chat_ids
 
     questions = ["Explain photosynthesis briefly.", "How do I reverse a list in Python?"]
     prompts = [chat_ids(tok, q) for q in questions]
     p = SamplingParams(max_tokens=20, min_tokens=20)
     mine, theirs = smol_q4.generate(prompts, p), smol_engine.generate(prompts, p)
-    assert [o.token_ids[:6] for o in mine] == [o.token_ids[:6] for o in theirs]
+    assert [o.token_ids[:5] for o in mine] == [o.token_ids[:5] for o in theirs]
     assert "plants" in tok.decode(mine[0].token_ids)  # coherent: the photosynthesis answer names plants
     # continuous batching within the mode: 8 concurrent requests of different lengths equal their solo runs
     crowd = [chat_ids(tok, " ".join((QUESTIONS * 4)[i : i + 1 + i % 6])) for i in range(8)]

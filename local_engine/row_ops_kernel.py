@@ -1,0 +1,148 @@
+"""The C++ source of the per-row ops that sit between the group GEMMs (built into the same extension).
+
+Why: once the q4/q8 GEMVs run in the group kernel, a decode step of SmolLM2-135M spends about as long in
+the small ops between them as in the GEMMs. RMSNorm alone was 5 ATen ops (`pow`, `mean`, `add_`, `rsqrt_`,
+`mul`) per norm, 60 norms a token: 3.5 ms of a 26 ms token on a 2-core AMD EPYC (`benchmarks/decode_profile.py`),
+nearly all of it dispatch. Here a residual add and the norm that reads it are one call.
+
+Numerics: per row, the sum of squares runs in 8 interleaved fp32 partial sums (lane l takes columns
+l, l + 8, ...), added in a fixed tree at the end, then `1 / sqrt(sum / K + eps)`, then one multiply per value;
+with `-ffp-contract=off` the compiler may vectorise the lanes but not reorder them. So a row's result depends
+on that row only: the same alone, in any batch and on any number of threads (rows are split across threads,
+never a row). The order differs from ATen's `mean` reduction, so the values differ from `rms_normalize`'s in
+the last bits; the quantised modes, which already differ from fp32 by their weights, use these ops, fp32
+keeps ATen's (`models/decoder.py`).
+"""
+
+SOURCE = r"""
+namespace {
+
+constexpr int LANES = 8;
+
+inline float row_inv_rms(const float* x, int64_t K, float eps) {
+  float acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + LANES <= K; k += LANES)
+    for (int l = 0; l < LANES; ++l) acc[l] += x[k + l] * x[k + l];
+  for (int l = 0; k < K; ++k, ++l) acc[l] += x[k] * x[k];
+  const float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  return 1.0f / std::sqrt(s / (float)K + eps);
+}
+
+inline float dot_lanes(const float* a, const float* b, int64_t D) {
+  float acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + LANES <= D; k += LANES)
+    for (int l = 0; l < LANES; ++l) acc[l] += a[k + l] * b[k + l];
+  for (int l = 0; k < D; ++k, ++l) acc[l] += a[k] * b[k];
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+void check_rows(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.dim() == 2 && t.scalar_type() == at::kFloat && t.is_contiguous() && t.device().is_cpu(),
+              name, " must be a contiguous 2-D float32 CPU tensor");
+}
+
+void normalize_rows(float* res, const float* delta, float* out, int64_t M, int64_t K, float eps) {
+  // a norm is ~K multiply-adds: thread only when there are many rows (prefill), whole rows per thread
+  at::parallel_for(0, M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, K)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* x = res + r * K;
+      if (delta)
+        for (int64_t k = 0; k < K; ++k) x[k] += delta[r * K + k];
+      const float inv = row_inv_rms(x, K, eps);
+      float* y = out + r * K;
+      for (int64_t k = 0; k < K; ++k) y[k] = x[k] * inv;
+    }
+  });
+}
+
+}  // namespace
+
+// One decode row's attention per (row, KV head), read straight from the paged pool through the row's gather
+// list: q [B, H*D] (row stride free), kvc [2*KVH, S, D] (key heads, then value heads), gather [B, L] int64 slots,
+// mask [B, L] additive (padding: -inf) or empty, sinks [KVH, G] logits or empty. Returns [B, H*D].
+// Per query head: scores in slot order, max, e^(s - max) summed in slot order (+ e^(sink - max)), then the
+// values weighted in slot order: a row's result depends on that row only.
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor kvc, torch::Tensor gather, torch::Tensor mask,
+                               torch::Tensor sinks, int64_t kv_heads) {
+  TORCH_CHECK(q.dim() == 2 && q.scalar_type() == at::kFloat && q.stride(1) == 1, "q must be [B, H*D] float32");
+  TORCH_CHECK(kvc.dim() == 3 && kvc.scalar_type() == at::kFloat && kvc.is_contiguous(), "kvc must be [2KVH, S, D]");
+  TORCH_CHECK(gather.dim() == 2 && gather.scalar_type() == at::kLong && gather.is_contiguous(), "gather: [B, L] int64");
+  const int64_t B = q.size(0), KVH = kv_heads, S = kvc.size(1), D = kvc.size(2), L = gather.size(1);
+  TORCH_CHECK(kvc.size(0) == 2 * KVH && q.size(1) % (D * KVH) == 0 && gather.size(0) == B, "shapes disagree");
+  const int64_t H = q.size(1) / D, G = H / KVH;
+  const bool has_mask = mask.numel() > 0, has_sinks = sinks.numel() > 0;
+  TORCH_CHECK(!has_mask || (mask.scalar_type() == at::kFloat && mask.is_contiguous() && mask.numel() == B * L),
+              "mask must be [B, L] float32");
+  TORCH_CHECK(!has_sinks || (sinks.scalar_type() == at::kFloat && sinks.is_contiguous() && sinks.numel() == H),
+              "sinks must be [KVH, G] float32");
+  auto out = torch::zeros({B, H * D}, q.options().memory_format(at::MemoryFormat::Contiguous));
+  const float* qp = q.data_ptr<float>();
+  const float* kv = kvc.data_ptr<float>();
+  const int64_t* idx_all = gather.data_ptr<int64_t>();
+  const float* mp = has_mask ? mask.data_ptr<float>() : nullptr;
+  const float* sp = has_sinks ? sinks.data_ptr<float>() : nullptr;
+  float* op = out.data_ptr<float>();
+  const int64_t qstride = q.stride(0);
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, L * D * G));
+  at::parallel_for(0, B * KVH, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> p(G * L);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / KVH, h = task % KVH;
+      const int64_t* idx = idx_all + b * L;
+      const float* qrow = qp + b * qstride + h * G * D;
+      for (int64_t l = 0; l < L; ++l) {
+        const float* key = kv + (h * S + idx[l]) * D;
+        const float add = mp ? mp[b * L + l] : 0.0f;
+        for (int64_t g = 0; g < G; ++g) p[g * L + l] = dot_lanes(qrow + g * D, key, D) + add;
+      }
+      for (int64_t g = 0; g < G; ++g) {
+        float* pg = p.data() + g * L;
+        float mx = sp ? sp[h * G + g] : -INFINITY;
+        for (int64_t l = 0; l < L; ++l) mx = std::fmax(mx, pg[l]);
+        float sum = 0.0f;
+        for (int64_t l = 0; l < L; ++l) {
+          pg[l] = std::exp(pg[l] - mx);
+          sum += pg[l];
+        }
+        if (sp) sum += std::exp(sp[h * G + g] - mx);
+        const float inv = 1.0f / sum;
+        for (int64_t l = 0; l < L; ++l) pg[l] *= inv;
+      }
+      float* orow = op + b * H * D + h * G * D;
+      for (int64_t l = 0; l < L; ++l) {
+        const float* val = kv + ((KVH + h) * S + idx[l]) * D;
+        for (int64_t g = 0; g < G; ++g) {
+          const float w = p[g * L + l];
+          float* o = orow + g * D;
+          for (int64_t d = 0; d < D; ++d) o[d] += w * val[d];
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// x [M, K] -> x * 1/sqrt(mean(x^2) + eps) per row (a new tensor)
+torch::Tensor rms_rows(torch::Tensor x, double eps) {
+  check_rows(x, "x");
+  auto out = torch::empty_like(x);
+  normalize_rows(x.data_ptr<float>(), nullptr, out.data_ptr<float>(), x.size(0), x.size(1), (float)eps);
+  return out;
+}
+
+// residual += delta (in place), then rms_rows(residual): the residual stream's add and the next norm in one call
+torch::Tensor add_rms_rows_(torch::Tensor residual, torch::Tensor delta, double eps) {
+  check_rows(residual, "residual");
+  delta = delta.contiguous();  // an MoE layer's sum may arrive as a view
+  check_rows(delta, "delta");
+  TORCH_CHECK(delta.sizes() == residual.sizes(), "delta must have the residual's shape");
+  auto out = torch::empty_like(residual);
+  normalize_rows(residual.data_ptr<float>(), delta.data_ptr<float>(), out.data_ptr<float>(), residual.size(0),
+                 residual.size(1), (float)eps);
+  return out;
+}
+"""
+
+FUNCTIONS = ["add_rms_rows_", "decode_attention", "rms_rows"]
