@@ -333,7 +333,7 @@ class DecoderModel:
                 many(threads)
                 gu = gemm(h, L.gate_up, L.gate_up_bias)
                 many(1)
-                act = swiglu_(gu, inter)
+                act = swiglu_(gu, inter) if rows is None else rows.swiglu_rows(gu, inter)
                 many(threads)
                 mlp = gemm(act, L.down, L.down_bias)
                 many(1)

@@ -124,3 +124,13 @@ def test_the_decoder_uses_the_row_ops_in_the_group_modes_only(kernel: Any) -> No
     cpu = torch.device("cpu")
     assert DecoderModel(arch, cpu, torch.float32, quantization="q4").row_ops is kernel
     assert DecoderModel(arch, cpu, torch.float32).row_ops is None  # fp32 keeps ATen's order (HF parity)
+
+
+def test_swiglu_rows_is_silu_of_the_gate_times_up_and_per_row(kernel: Any) -> None:
+    gate_up = torch.randn(20, 2 * 96, generator=gen(6)) * 6
+    got = kernel.swiglu_rows(gate_up, 96)
+    expected = torch.nn.functional.silu(gate_up[:, :96]) * gate_up[:, 96:]
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert got.is_contiguous() and torch.equal(kernel.swiglu_rows(gate_up[5:6].clone(), 96), got[5:6])
+    with pytest.raises(RuntimeError, match="2 \\* inter"):
+        kernel.swiglu_rows(gate_up, 95)
