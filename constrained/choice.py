@@ -21,6 +21,13 @@ For a JSON spec every backend is scored on the prepared documents:
 5. Ties go by `ORDER`: llguidance (no false rejection on any construct the tests isolate once its
    numeric bounds are left to validation), then xgrammar.
 
+One rule holds on every backend and is not a ranking matter: a number the schema asks to be an integer
+(`type: integer`, or an integer listed in `enum`/`const`) is written in integer spelling, `1`, never `1.0`
+or `1e0`, although JSON Schema counts those as the same number (and `validate` accepts them). Every value
+stays reachable, in its shortest spelling; the alternative, leaving every integer enum to validation, would
+let a model write any number where the schema lists three. The differential tests' instances follow it
+(hypothesis-jsonschema draws integers there), and a test pins it per backend.
+
 Non-JSON specs keep the earlier order: EBNF grammars only compile on xgrammar, regexes and choices
 try xgrammar, llguidance, then outlines-core. A backend that raises `UnsupportedSpecError` hands
 over to the next in the ranking; any other failure (a deadline) is raised.

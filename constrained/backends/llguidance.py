@@ -14,7 +14,8 @@ Its own limits, measured on llguidance 1.9.1 and handled here:
   pattern is a compile error: stripped and validated (a wider string); in a `patternProperties`
   key the spec is refused, as stripping the key would forbid those keys.
 - An integral float listed in `const`/`enum` (`1.0`) is refused as written: such a use is stripped
-  and validated (`1.0` for a listed integer `1` is refused too, as by xgrammar: left as it is).
+  and validated. `1.0` for a listed integer `1` is refused, as by xgrammar and as for `type: integer`:
+  integer positions are written in integer spelling (the rule in `parley.constrained.choice`).
 - Properties are generated in the schema's order: `any_order` cannot be honoured, so such a spec is
   refused (`UnsupportedSpecError`) rather than over-constrained.
 - `additionalProperties` follows the specification (absent = any extra key); parley's `strict`

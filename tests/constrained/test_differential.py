@@ -20,6 +20,7 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | `any_order` with several properties | llguidance | reordered keys | llguidance ineligible |
 | an integral float in `const`/`enum` | llguidance | `1.0` as listed | stripped, validated |
 | look-around in a `patternProperties` key | llguidance | such keys, once stripped | llguidance refuses it |
+| `1.0` at an integer position | every backend | for `type: integer` and a listed `1` | integer spelling (a rule) |
 | `\\w` in patterns | (the tests) | Python's `re` is Unicode-aware, ECMA-262 is not | instances read as ECMA-262 |
 
 CI runs `COUNT` instances per schema and every `DEV_STRIDE`-th dev file up to `DEV_MAX_BYTES`;
@@ -209,6 +210,24 @@ def test_integral_floats_listed_in_an_enum_go_to_validation_on_llguidance(smol_t
     assert feed(matcher, smol_tokenizer, '{"a":1.0}') and any("'enum'" in w for w in matcher.warnings)
     with pytest.raises(ValidationFailed):
         matcher.validate('{"a":2}')
+
+
+@pytest.mark.parametrize("backend", ["xgrammar", "llguidance", "auto"])
+@pytest.mark.parametrize("schema", [{"type": "integer"}, {"enum": [1, 2, "a"]}, {"const": 1}])
+def test_integer_positions_are_written_in_integer_spelling_on_every_backend(
+    smol_tokenizer: Any, schema: Any, backend: str
+) -> None:
+    """JSON Schema counts 1.0 as the integer 1 and the validator accepts it; the grammars write `1` (the rule
+    in `parley.constrained.choice`), enforced, not left to validation, and the same for a listed integer as for
+    `type: integer`."""
+    assert validator(schema).is_valid(1.0) and validator(schema).is_valid(1)
+    matcher = compiled(smol_tokenizer, schema, backend)
+    assert not matcher.needs_validation, matcher.warnings
+    assert feed(matcher, smol_tokenizer, "1")
+    matcher.reset()
+    assert not feed(matcher, smol_tokenizer, "1.0")
+    matcher.reset()
+    assert feed(matcher, smol_tokenizer, "3") == (schema == {"type": "integer"})  # a listed value stays enforced
 
 
 def test_look_around_key_patterns_are_refused_by_llguidance_not_stripped(smol_tokenizer: Any) -> None:
