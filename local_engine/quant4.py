@@ -66,7 +66,7 @@ from parley.local_engine.models.gemm import WeightGemm
 GROUP = 32
 TILE = 16
 GROUP_SCHEMES: tuple[str, ...] = ("q4", "q8")
-EXTENSION_NAME = "parley_group_gemm_v9"
+EXTENSION_NAME = "parley_group_gemm_v10"
 
 
 # ---------------------------------------------------------------- row-major quantised weights

@@ -23,16 +23,6 @@ namespace {
 
 constexpr int LANES = 8;
 
-inline float row_inv_rms(const float* x, int64_t K, float eps) {
-  float acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t k = 0;
-  for (; k + LANES <= K; k += LANES)
-    for (int l = 0; l < LANES; ++l) acc[l] += x[k + l] * x[k + l];
-  for (int l = 0; k < K; ++k, ++l) acc[l] += x[k] * x[k];
-  const float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-  return 1.0f / std::sqrt(s / (float)K + eps);
-}
-
 inline float dot_lanes(const float* a, const float* b, int64_t D) {
   float acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t k = 0;
@@ -40,6 +30,10 @@ inline float dot_lanes(const float* a, const float* b, int64_t D) {
     for (int l = 0; l < LANES; ++l) acc[l] += a[k + l] * b[k + l];
   for (int l = 0; k < D; ++k, ++l) acc[l] += a[k] * b[k];
   return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+inline float row_inv_rms(const float* x, int64_t K, float eps) {
+  return 1.0f / std::sqrt(dot_lanes(x, x, K) / (float)K + eps);
 }
 
 void check_rows(const torch::Tensor& t, const char* name) {
