@@ -315,8 +315,10 @@ def test_completions_with_logprobs_on_a_raw_prompt(oa: openai.OpenAI) -> None:
     ({"structured_outputs": {"regex": r"[0-9]{3}-[0-9]{4}"}}, lambda text: re.fullmatch(r"[0-9]{3}-[0-9]{4}", text)),
     ({"structured_outputs": {"choice": ["red", "green", "blue"]}}, lambda text: text in ("red", "green", "blue")),
     ({"grammar": 'root ::= "yes" | "no"'}, lambda text: text in ("yes", "no")),
-    ({"structured_outputs": {"grammar": 'root ::= [a-z]+ " " [0-9]'}},
-     lambda text: re.fullmatch(r"[a-z]+ [0-9]", text)),
+    # the word is bounded: under `[a-z]+` greedy SmolLM2 may spell one word until max_tokens (it did in q4 mode
+    # once the norms ran in C++: "theresanjayamaya..."), which says nothing about the constraint
+    ({"structured_outputs": {"grammar": 'root ::= [a-z] [a-z]? [a-z]? [a-z]? [a-z]? [a-z]? " " [0-9]'}},
+     lambda text: re.fullmatch(r"[a-z]{1,6} [0-9]", text)),
     ({"structured_outputs": {"json": PERSON}}, lambda text: jsonschema.validate(json.loads(text), PERSON) is None),
 ], ids=["regex", "choice", "gbnf", "ebnf", "json"])
 def test_constraint_parameters_shape_the_answer(oa: openai.OpenAI, constraint: dict[str, Any], check: Any) -> None:
