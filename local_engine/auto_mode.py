@@ -5,7 +5,10 @@ keep the model's quality, not fp32 (which decodes the embedded SmolLM2 at a quar
 choice is made once, at load, from the device, the dtype and the file, and it is recorded
 (`Engine.mode`, `stats()["mode_reason"]`, the served model's `root`):
 
-- **not CPU fp32** (a GPU, or `dtype="bfloat16"`): no quantisation. The q4/q8/int8 kernels are CPU fp32 ones.
+- **not CPU fp32** (a GPU, or `dtype="bfloat16"`): no quantisation. The q8/int8 kernels are CPU fp32 ones;
+  q4 runs on CUDA through PyTorch's int4 kernel when asked (quant4_cuda.py), but on one H200 with CUDA graphs
+  it decoded 316 against bf16's 300 tok/s at batch 1 and 5,615 against 6,129 at batch 64
+  (benchmarks/gpu_decode.py): not enough to spend 4-bit weights' perplexity by default.
 - **a CPU without AVX2** (or no C++ compiler to build the kernel): no quantisation; the kernel's scalar path
   is no faster than fp32 at decode and far slower at prefill. With AVX2 (no VNNI), measured on a 2-core AMD
   EPYC: q4 decode 35.5 tok/s against fp32's 10.6 (the scalar path: 11.1).

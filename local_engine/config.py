@@ -69,6 +69,8 @@ class EngineConfig:
     - `compile`: run decode steps through a `torch.compile`d step (CPU, Inductor's C++ backend; compile.py),
       compiled when the engine starts; without a C++ compiler, or for a model it does not cover, the engine
       warns once and runs eager.
+    - `cuda_graphs`: on CUDA, replay decode steps from CUDA graphs, one per batch and context bucket, captured
+      on first use (cuda_graphs.py); ignored on CPU. False runs every step eager.
     """
 
     block_size: int = 16
@@ -87,6 +89,7 @@ class EngineConfig:
     speculative_max_batch: int = 4
     compile: bool = False
     adaptive_threads: bool = True
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         least = {"block_size": 1, "kv_cache_bytes": 1, "num_kv_blocks": 1, "max_num_batched_tokens": 1,
@@ -102,7 +105,7 @@ class EngineConfig:
                     f"EngineConfig.{name} must be an integer >= {low}{' or None' if name in optional else ''}, "
                     f"got {value!r}"
                 )
-        for flag in ("enable_prefix_caching", "compile", "adaptive_threads"):
+        for flag in ("enable_prefix_caching", "compile", "adaptive_threads", "cuda_graphs"):
             if not isinstance(getattr(self, flag), bool):
                 raise EngineConfigError(f"EngineConfig.{flag} must be a bool, got {getattr(self, flag)!r}")
         if self.quantize_lm_head is not None and not isinstance(self.quantize_lm_head, bool):

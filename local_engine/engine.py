@@ -165,9 +165,18 @@ class Engine:
             from parley.local_engine.compile import compiled_decode
 
             compiled = compiled_decode(model)
-            if compiled is not None and compiled.warm_up(self.runner.kv_cache, scratch_slot=0):
+            if compiled is not None and compiled.warm_up(self.runner.kv_cache, scratch_slot=self.runner.scratch_slot):
                 self.runner.compiled = compiled
             self.compile_s = None if compiled is None else round(compiled.compile_s, 3)
+        self.cuda_graphs_off: str | None = None  # why decode steps run eager on CUDA (None: graphed, or CPU)
+        if self.device.type == "cuda":
+            from parley.local_engine.cuda_graphs import GraphedDecode, unsupported_reason
+
+            self.cuda_graphs_off = "EngineConfig.cuda_graphs is off" if not cfg.cuda_graphs else (
+                unsupported_reason(model))
+            if self.cuda_graphs_off is None:
+                rows = cfg.max_num_seqs + cfg.speculative_max_batch * cfg.speculative_tokens  # verify rows too
+                self.runner.graphs = GraphedDecode(model, scratch_slot=self.runner.scratch_slot, max_rows=rows)
         self.drafter: NgramDrafter | None = None
         if cfg.speculation == "ngram":
             self.drafter = NgramDrafter(cfg.speculative_tokens)
@@ -489,6 +498,8 @@ class Engine:
             parts.append(self.config.speculation)
         if self.runner.compiled is not None:
             parts.append("compiled")
+        if self.runner.graphs is not None:
+            parts.append("graphs")
         return "+".join(parts)
 
     def stats(self) -> dict[str, Any]:
@@ -507,6 +518,7 @@ class Engine:
             quantize_lm_head=bool(getattr(self.model, "quantize_lm_head", False)), mode=self.mode,
             mode_reason=self.mode_reason,
             compiled=self.runner.compiled is not None, compile_s=self.compile_s,
+            cuda_graphs=None if self.runner.graphs is None else self.runner.graphs.stats(),
             decode_threads=None if self.decode_threads is None else self.decode_threads.stats(),
         )
         if self.drafter is not None:
@@ -520,6 +532,8 @@ class Engine:
         self._core.stop(timeout=30)
         if self.runner.compiled is not None:
             self.runner.compiled.close()
+        if self.runner.graphs is not None:
+            self.runner.graphs.close()
 
     def __enter__(self) -> Engine:
         return self

@@ -322,6 +322,10 @@ def make_gemm(device: torch.device, dtype: torch.dtype, quantization: str | None
     scheme = check_quantization(quantization, field="quantization")
     if scheme is None:
         return WeightGemm(device, dtype)
+    if scheme == "q4" and (device.type != "cpu" or dtype != torch.float32):
+        from parley.local_engine.quant4_cuda import Int4Gemm  # q4 on a GPU: PyTorch's int4 kernel
+
+        return Int4Gemm(device, dtype, head=head)
     if scheme in ("q4", "q8"):
         from parley.local_engine.quant4 import GroupGemm
 

@@ -374,8 +374,12 @@ def kernel_module() -> tuple[Any, str]:
 
 
 def group_unavailable_reason(scheme: str, device: torch.device, dtype: torch.dtype) -> str | None:
+    if scheme == "q4" and (device.type != "cpu" or dtype == torch.bfloat16):
+        from parley.local_engine.quant4_cuda import unavailable_reason  # PyTorch's int4 kernel (bf16)
+
+        return unavailable_reason(device, dtype)
     if device.type != "cpu":
-        return f"quantization={scheme!r} runs on CPU; device is {device.type!r}"
+        return f"quantization={scheme!r} runs on CPU (q4 also on CUDA); device is {device.type!r}"
     if dtype != torch.float32:
         name = str(dtype).removeprefix("torch.")
         return f"quantization={scheme!r} needs dtype float32 (activations stay fp32); got {name}"

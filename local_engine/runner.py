@@ -1,8 +1,9 @@
 """Model runner: turns a scheduled step into tensors, runs the forward pass, returns fp32 logits.
 
-Owns the preallocated KV pool (one tensor, `[layers, 2 * kv_heads, blocks*block_size, head_dim]`: key heads
-then value heads), so a step allocates only its activations. A token at position p of a sequence lives in slot
-`block_table[p // block_size] * block_size + p % block_size`.
+Owns the preallocated KV pool (one tensor, `[layers, 2 * kv_heads, (blocks + 1) * block_size, head_dim]`:
+key heads then value heads), so a step allocates only its activations. The one block past the block manager's
+`blocks` is never handed out: warm-ups and the padding rows of a CUDA graph write there (`scratch_slot`).
+A token at position p of a sequence lives in slot `block_table[p // block_size] * block_size + p % block_size`.
 
 A model with sliding-window layers gets one attention layout per window: a window-W layout gathers only
 positions `p - W + 1 .. p`, so the blocks wholly before a sequence's window are never read by those layers;
@@ -53,13 +54,15 @@ class ModelRunner:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.device = model.device
-        self.kv_cache = model.new_kv_cache(num_blocks * block_size)
+        self.kv_cache = model.new_kv_cache((num_blocks + 1) * block_size)
+        self.scratch_slot = num_blocks * block_size  # the spare block's first slot (see the module docstring)
         bs = block_size
         self._offsets = torch.arange(bs, dtype=torch.long)
         # The distinct attention windows of the model's layers (None = full causal attention).
         self.windows: tuple[int | None, ...] = getattr(model, "attention_windows", _FULL) or _FULL
         self.window_blocks_skipped = 0
         self.compiled: Any = None  # a compile.CompiledDecode, set by the engine when EngineConfig.compile is on
+        self.graphs: Any = None  # a cuda_graphs.GraphedDecode, set by the engine on CUDA (EngineConfig.cuda_graphs)
 
     def _slots(self, block_table: list[int], start: int, end: int) -> torch.Tensor:
         """Cache slots of positions [start, end) of a sequence, on the CPU."""
@@ -187,8 +190,9 @@ class ModelRunner:
         A verifying item (`len(item.draft) == k`) owns the k + 1 logits rows ending at its row."""
         input_ids, positions, batch, rows = self.prepare(items)
         hidden = None
-        if self.compiled is not None:  # decode-only steps (compile.py); None: this step runs eager
-            hidden = self.compiled(input_ids, positions, self.kv_cache, batch)
+        fast = self.compiled if self.compiled is not None else self.graphs
+        if fast is not None:  # decode-only steps (compile.py, cuda_graphs.py); None: this step runs eager
+            hidden = fast(input_ids, positions, self.kv_cache, batch)
         if hidden is None:
             hidden = self.model.forward(input_ids, positions, self.kv_cache, batch)
         wanted: list[int] = []

@@ -184,8 +184,9 @@ def test_drafts_are_attached_only_while_the_batch_is_small(tiny_hf: Any) -> None
     engine.scheduler.drafter = drafter
     try:
         p = SamplingParams(max_tokens=6, ignore_eos=True)
-        engine.generate([[5, 6, 7]] * 3, p)  # three decode together: never asked for drafts
-        assert calls == []
+        engine.generate([[5, 6, 7]] * 3, p)  # while three decode together: never asked for drafts
+        assert all(running <= 2 for running in calls), calls  # (one admitted a step early may be asked alone)
+        calls.clear()
         engine.generate([[5, 6, 7]] * 2, p)  # two: asked every decode step
         assert calls and max(calls) <= 2
     finally:

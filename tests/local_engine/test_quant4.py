@@ -333,13 +333,16 @@ def test_gguf_overlay_maps_blocks_by_checking_them_against_the_converted_tensors
 
 def test_q4_and_q8_are_validated_like_int8() -> None:
     from parley.local_engine.errors import EngineConfigError
+    from parley.local_engine.quant import make_gemm
 
     assert EngineConfig(quantization="Q4").quantization == "q4"
     assert EngineConfig(quantization="q8", quantize_lm_head=True).quantize_lm_head
     with pytest.raises(EngineConfigError, match=r"float32"):
-        Engine.from_pretrained(None, device="cpu", dtype="bfloat16", quantization="q4")
+        Engine.from_pretrained(None, device="cpu", dtype="bfloat16", quantization="q8")
     with pytest.raises(EngineConfigError, match=r"float32"):
         GroupGemm(CPU, torch.bfloat16, bits=8)
+    # q4 with bf16 activations is PyTorch's int4 kernel (the GPU's q4, quant4_cuda.py), not parley's
+    assert type(make_gemm(CPU, torch.bfloat16, "q4")).__name__ == "Int4Gemm"
     gemm = GroupGemm(CPU, torch.float32, bits=4)
     w, x = torch.randn(16, 48), torch.randn(2, 48)  # no whole groups of 32: this matrix stays fp32
     prepared = gemm.prepare(w)
