@@ -14,7 +14,8 @@ For a JSON spec every backend is scored on the prepared documents:
    tests caught it rejecting valid values on 13 of the 26 isolated constructs (extra keys, string
    lengths with escapes, `date-time`, `allOf` read as a concatenation...), so it is a last resort.
 3. Then a backend that enforces something at a price in reachable values (`costly`: xgrammar's
-   length-bounded strings cannot hold escapes) comes after one that does not.
+   length-bounded strings, and strings under a pattern that admits `\\`, `"` or a control character,
+   cannot hold those escaped characters) comes after one that does not.
 4. Among the rest, the fewest keyword uses left to validation wins (each backend's `unenforced`:
    what it cannot express, plus what the differential tests caught it rejecting wrongly — those
    uses are stripped from its grammar and checked after generation instead).
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from parley.constrained.backends.base import JsonOptions
+from parley.constrained.schema.patterns import full_match_pattern, pattern_admits_escaped, pattern_mentions_escape
 from parley.constrained.schema.prepare import JsonPart
 from parley.constrained.schema.walk import KeywordUse, iter_subschemas
 from parley.constrained.specs import Grammar, JsonSchema, Spec, ToolCalls
@@ -106,15 +108,32 @@ def _bounded_strings(parts: list[JsonPart]) -> list[KeywordUse]:
     return out
 
 
+def _escape_blind_patterns(parts: list[JsonPart]) -> list[KeywordUse]:
+    out = []
+    for part in parts:
+        for path, node in iter_subschemas(part.schema, part.label):
+            pattern = node.get("pattern")
+            if isinstance(pattern, str) and not pattern_mentions_escape(pattern) and pattern_admits_escaped(
+                full_match_pattern(pattern)
+            ):
+                reason = "xgrammar never matches a backslash, a quote or a control character under a pattern"
+                out.append(KeywordUse("pattern", path, node, reason))
+    return out
+
+
 def costly(backend: str, parts: list[JsonPart], options: JsonOptions) -> list[KeywordUse]:
     """Uses that `backend` enforces at a documented price in reachable values (a reason to rank it lower).
 
-    xgrammar with `string_lengths="grammar"` forbids escape sequences in length-bounded strings
-    (`"\\u0010"` under maxLength 5 is rejected); llguidance counts them right.
+    xgrammar matches a string's raw JSON text, escapes and all: with `string_lengths="grammar"` it forbids
+    escape sequences in length-bounded strings (`"\\u0010"` under maxLength 5 is rejected), and under a
+    pattern that admits `\\`, `"` or a control character (`.`, `[^:]`, `[A-z]`, an unanchored end) it never
+    produces one (`"\\u0017sa.com"` for `\\.[a-z]{2,3}$`, Github_easy o68324). llguidance counts lengths
+    right and matches patterns on the decoded string. (A pattern that names `\\` or `"` is left to
+    validation on xgrammar instead: `pattern_mentions_escape`.)
     """
-    if backend == "xgrammar" and options.lengths_in_grammar:
-        return _bounded_strings(parts)
-    return []
+    if backend != "xgrammar":
+        return []
+    return (_bounded_strings(parts) if options.lengths_in_grammar else []) + _escape_blind_patterns(parts)
 
 
 def rank(spec: Spec, parts: list[JsonPart], options: JsonOptions | None, unenforced: Unenforced) -> Ranking:

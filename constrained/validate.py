@@ -2,15 +2,18 @@
 
 Masks make outputs *likely* valid; this makes it certain. It runs after constrained generation when
 `Matcher.needs_validation` is set (or always, in debug mode) and on hosted backends, whose outputs
-were never masked. JSON Schemas are checked with `jsonschema` (the dialect named by `$schema`,
-Draft 2020-12 by default, formats checked), pydantic models with pydantic (the model instance is
-returned). Failures raise `ValidationFailed` naming the JSON path and the failing keyword.
+were never masked. JSON Schemas are checked with `jsonschema` as parley reads JSON Schema
+(`schema_validator`), pydantic models with pydantic (the model instance is returned). Failures raise
+`ValidationFailed` naming the JSON path and the failing keyword.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from parley.constrained.errors import InvalidSpecError, ValidationFailed
@@ -34,12 +37,78 @@ def _parse_json(output: Any) -> Any:
         ) from None
 
 
-def validate_schema_value(value: Any, schema: Any, *, prefix: str = "$") -> None:
-    """Raise `ValidationFailed` unless `value` satisfies the JSON Schema `schema`."""
+def _exact(number: int | float) -> Fraction:
+    """The number a JSON text spelled (a float's repr is its shortest round-trip spelling)."""
+    return Fraction(number) if isinstance(number, int) else Fraction(Decimal(repr(number)))
+
+
+def _multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "number") or not validator.is_type(divisor, "number"):
+        return
+    if isinstance(instance, float) and not math.isfinite(instance):
+        return
+    if (_exact(instance) / _exact(divisor)).denominator != 1:
+        yield ValidationError(f"{instance!r} is not a multiple of {divisor!r}")
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
+    if validator.is_type(instance, "string") and not re.search(pattern, instance, re.ASCII):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, item in instance.items():
+            if re.search(pattern, key, re.ASCII):
+                yield from validator.descend(item, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, extra: Any, instance: Any, schema: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "object"):
+        return
+    named = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extras = [k for k in instance if k not in named and not any(re.search(p, k, re.ASCII) for p in patterns)]
+    if validator.is_type(extra, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], extra, path=key)
+    elif extra is False and extras:
+        yield ValidationError(f"Additional properties are not allowed ({', '.join(map(repr, extras))} unexpected)")
+
+
+def schema_validator(schema: Any) -> Any:
+    """A `jsonschema` validator for `schema` as parley reads JSON Schema: the dialect named by `$schema`
+    (Draft 2020-12 by default), with three readings fixed whatever the dialect:
+
+    - `format` is an assertion, checked by Draft 2020-12's checker (`uuid` included): the backends enforce
+      formats, and JSONSchemaBench checks them so; Draft 4's own checker would pass `"tokenize"` as a uuid;
+    - `multipleOf` is decided exactly, on the number the text spelled: `jsonschema` divides floats, so it
+      rejects 0.3 as a multiple of 0.1 and passes -43536423848412.805;
+    - regexes (`pattern`, `patternProperties`, and so `additionalProperties`) are ECMA-262's, where `\\w`,
+      `\\d` and `\\s` are ASCII (Python's `re` would match `"Á"` with `^\\w$`); the backends agree.
+    """
     import jsonschema
 
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    readings = {"multipleOf": _multiple_of, "pattern": _pattern, "patternProperties": _pattern_properties,
+                "additionalProperties": _additional_properties}
+    parley_cls = jsonschema.validators.extend(cls, readings)
+    return parley_cls(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+
+def validate_schema_value(value: Any, schema: Any, *, prefix: str = "$") -> None:
+    """Raise `ValidationFailed` unless `value` satisfies the JSON Schema `schema` (`schema_validator`)."""
+    import jsonschema
+
+    validator = schema_validator(schema)
     try:
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     except jsonschema.exceptions.SchemaError as exc:

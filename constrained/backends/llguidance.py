@@ -23,7 +23,16 @@ Its own limits, measured on llguidance 1.9.1 and handled here:
   the type of untyped object/array keywords (`type_untyped`).
 - Masks allow only canonical tokenizations: after `{` comes `{"` as one token, so the lone `{`
   token is masked although `accept_token` takes it.
-- A `oneOf` whose branches it cannot prove disjoint is refused (it never approximates).
+- A `oneOf` is compiled as `anyOf` (its `coerce_one_of` option): refused otherwise where it cannot prove the
+  branches disjoint (Github_medium o2109: a string under two patterns, which only xgrammar then compiled, and
+  xgrammar cannot match escaped characters there). Where branches may overlap, exclusivity is recorded and
+  validated, as on xgrammar (`dispatch.overlapping_one_of`).
+- `multipleOf` on a number that admits fractions rejects valid spellings (`1e+16` and `0.30` as multiples of
+  0.1, `4.0` and `-0.0` of 2): such uses are stripped and validated, exactly (`validate.schema_validator`).
+  On integers it is exact and stays in the grammar.
+- U+007F (DEL) is accepted in strings and keys only escaped, `\\u007f`, never raw, although JSON allows
+  both: the value stays reachable in that spelling (a spelling rule, like integers'; found by the
+  differential tests on Github_easy o43295).
 
 Tokens come from parley's `TokenizerInfo` (one byte string per id, padded ids empty), so padded
 logits ids are never allowed and the vocabulary matches what the other backends see.
@@ -42,6 +51,7 @@ from parley.constrained.errors import (
     InvalidRegexError,
     UnsupportedSpecError,
 )
+from parley.constrained.schema import dispatch
 from parley.constrained.schema.patterns import pattern_has_lookahead, pattern_has_lookbehind_or_backreference
 from parley.constrained.schema.walk import KeywordUse, iter_subschemas, scan_keywords
 from parley.constrained.schema.widen import admits_fractions
@@ -64,11 +74,12 @@ BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 # Found by tests/constrained/test_differential.py: with a bound on a `number`, llguidance admits no
 # exponent and no -0.0 (1e-05 and -0.0 in [0, 1] are rejected); integer bounds are exact.
 FRACTION_BOUNDS = "its bounded-number grammar rejects exponents and -0.0"
+FRACTION_MULTIPLE = "its multipleOf grammar rejects valid spellings of fractions (1e+16, 0.30, 4.0, -0.0)"
 # Found on MaskBench (Synthesized draft2019_09_valid_const_id30): `{"a":1.0}` is refused for
 # `enum: [{"a": 1.0}]`, an integral float listed as written (xgrammar refuses it as well).
 INTEGRAL_FLOAT = "an integral float listed here (1.0) is refused as written"
 # Every unenforced use is stripped: llguidance refuses the whole schema otherwise.
-STRIPPED = UNENFORCED | LENGTHS | BOUNDS | {"format", "pattern", "patternProperties", "enum", "const"}
+STRIPPED = UNENFORCED | LENGTHS | BOUNDS | {"format", "pattern", "patternProperties", "enum", "const", "multipleOf"}
 LOOKAROUND = "look-arounds and backreferences are not supported"
 
 
@@ -109,13 +120,15 @@ def unenforced(schema: Any, root: str, options: JsonOptions) -> list[KeywordUse]
             out.append(use)
         elif use.keyword in BOUNDS and admits_fractions(use.schema) and not {"enum", "const"} & use.schema.keys():
             out.append(KeywordUse(use.keyword, use.path, use.schema, FRACTION_BOUNDS))  # an enum's spellings are fixed
+        elif use.keyword == "multipleOf" and admits_fractions(use.schema):
+            out.append(KeywordUse(use.keyword, use.path, use.schema, FRACTION_MULTIPLE))
         elif use.keyword in BOUNDS and _out_of_int64(value):
             out.append(KeywordUse(use.keyword, use.path, use.schema, "past the 64-bit integer range"))
         elif use.keyword in ("enum", "const") and _integral_float(value):
             out.append(KeywordUse(use.keyword, use.path, use.schema, INTEGRAL_FLOAT))
         elif use.keyword == "pattern" and isinstance(value, str) and _has_lookaround(value):
             out.append(KeywordUse(use.keyword, use.path, use.schema, LOOKAROUND))
-    return out
+    return out + dispatch.overlapping_one_of(schema, root)
 
 
 def _anchor(pattern: str) -> str:
@@ -313,6 +326,7 @@ class LLGuidanceBackend:
             guidance: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
         else:
             guidance = {"whitespace_pattern": f"[\\x20\\x0A\\x0D\\x09]{{0,{options.max_whitespace}}}"}
+        guidance["coerce_one_of"] = True  # oneOf as anyOf; overlapping ones are validated (`unenforced`)
         try:
             return json.dumps({**schema, "x-guidance": guidance}, allow_nan=False)
         except ValueError as exc:  # NaN/Infinity, or an integer too large for llguidance's number type

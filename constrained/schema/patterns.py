@@ -69,16 +69,22 @@ def escape_control_chars(pattern: str) -> str:
     return "".join(out)
 
 
+ANY_TEXT = r"[\s\S]*"
+"""What an unanchored end of a pattern may be followed or preceded by: any characters, newlines included
+(`.*` would not match `"a\n"` for `^a`, which ECMA-262's search does: a false rejection the differential
+tests found on llguidance)."""
+
+
 def full_match_pattern(pattern: str) -> str:
     """The full-match regex equivalent to JSON Schema's search-semantics `pattern`."""
     pattern = escape_control_chars(pattern)
     alternatives = []
     for alt in _split_top_level(pattern):
-        head = alt[1:] if alt.startswith("^") else ".*" + alt if alt else ".*"
+        head = alt[1:] if alt.startswith("^") else ANY_TEXT + alt if alt else ANY_TEXT
         if _ends_with_anchor(head):
             head = head[:-1]
-        elif not head.endswith(".*"):
-            head = head + ".*"
+        elif not head.endswith(ANY_TEXT):
+            head = head + ANY_TEXT
         alternatives.append(head)
     if len(alternatives) == 1:
         return alternatives[0]
@@ -99,16 +105,82 @@ def rewrite_patterns(schema: Any) -> Any:
     return out
 
 
-# A `pattern` that names a backslash or a double quote: both backends match patterns against the raw
+# A `pattern` that names a backslash or a double quote: xgrammar matches patterns against the raw
 # characters between the JSON quotes, so the escaped forms `\\` and `\"` never match and every value
-# holding one is rejected. Such patterns are left out of the grammar and validated instead. (Wildcards such as `.`
-# or `[^a]` keep the same blind spot: values with `\` or `"` are unreachable, outputs stay valid.)
+# holding one is rejected. On xgrammar such patterns are left out of the grammar and validated instead.
+# (llguidance matches the decoded string: no blind spot there.)
 _ESCAPE_MENTIONS = re.compile(r'"|\\\\|\\x(?:5[cC]|22)|\\u00(?:5[cC]|22)|\\x\{(?:5[cC]|22)\}')
 
 
 def pattern_mentions_escape(pattern: str) -> bool:
     """Whether a regex names `\\` or `"` (characters a JSON string carries escaped)."""
     return bool(_ESCAPE_MENTIONS.search(pattern))
+
+
+_ESCAPED = frozenset({0x22, 0x5C, *range(0x20)})  # what a JSON string must write escaped: ", \ and controls
+_CLASS_ESCAPES = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B, "0": 0x00}
+
+
+def _escape_at(pattern: str, i: int) -> tuple[int | None, bool, int]:
+    """The backslash escape at `pattern[i]`: (its code point or None, whether it admits an escaped character,
+    the index after it)."""
+    c = pattern[i + 1] if i + 1 < len(pattern) else ""
+    if c in "SWDs":  # \s holds \n \t \r; the negated classes hold `\`, `"` and controls
+        return None, True, i + 2
+    if c in _CLASS_ESCAPES:
+        return _CLASS_ESCAPES[c], _CLASS_ESCAPES[c] in _ESCAPED, i + 2
+    if c == "c":
+        return None, True, i + 3
+    for lead, width in (("x", 2), ("u", 4)):
+        digits = pattern[i + 2 : i + 2 + width]
+        if c == lead and len(digits) == width and all(d in "0123456789abcdefABCDEF" for d in digits):
+            code = int(digits, 16)
+            return code, code in _ESCAPED, i + 2 + width
+    return (ord(c) if c else None), False, i + 2  # \d, \w, \b, an escaped literal ...
+
+
+def pattern_admits_escaped(pattern: str) -> bool:
+    """Whether a value matching `pattern` may hold a character JSON writes escaped (`\\`, `"`, a control
+    character): an unescaped `.`, a negated class, `\\S`/`\\W`/`\\D`/`\\s`, a control escape, or a class
+    range over one of them (`[A-z]` holds `\\`). xgrammar never matches those characters there (Github_easy
+    o68324, Github_medium o23174), so a value holding one is unreachable."""
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            _, admits, i = _escape_at(pattern, i)
+            if admits:
+                return True
+            continue
+        if c == ".":
+            return True
+        if c != "[":
+            i += 1
+            continue
+        i += 1
+        if i < n and pattern[i] == "^":
+            return True
+        previous: int | None = None
+        while i < n and pattern[i] != "]":
+            if pattern[i] == "\\":
+                code, admits, i = _escape_at(pattern, i)
+            else:
+                code, admits, i = ord(pattern[i]), False, i + 1
+            if admits:
+                return True
+            if i + 1 < n and pattern[i] == "-" and pattern[i + 1] != "]" and code is not None:
+                if pattern[i + 1] == "\\":
+                    high, admits, i = _escape_at(pattern, i + 1)
+                else:
+                    high, admits, i = ord(pattern[i + 1]), False, i + 2
+                if admits or (high is not None and any(code <= e <= high for e in _ESCAPED)):
+                    return True
+                previous = None
+                continue
+            previous = code
+        del previous
+        i += 1
+    return False
 
 
 # Regex assertions xgrammar cannot express: a lookahead is read as always true (`^((?!mode).)*$`

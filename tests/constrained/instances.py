@@ -15,8 +15,8 @@ keyword `jsonschema` names as violated.
 
 from __future__ import annotations
 
+import copy
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,26 +30,17 @@ class Instance:
     keyword: str = ""  # for invalid instances: the keyword jsonschema reports as violated
 
 
-def _ecma_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
-    """`pattern` with ECMA-262's ASCII `\\w`, `\\d`, `\\s` (Python's `re` is Unicode-aware)."""
-    from jsonschema.exceptions import ValidationError
-
-    if isinstance(instance, str) and not re.search(pattern, instance, re.ASCII):
-        yield ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
 def validator(schema: Any) -> Any:
-    """A `jsonschema` validator for `schema`, formats checked and patterns read as ECMA-262 does.
+    """The validator `parley.constrained.validate` uses (formats asserted, `multipleOf` exact, ECMA-262 regexes).
 
-    JSON Schema specifies ECMA-262 regexes, where `\\w` is `[A-Za-z0-9_]`; the backends agree.
-    Python's `re` also matches `"Ń"` with `\\w`, so hypothesis-jsonschema draws such strings and
-    `jsonschema` calls them valid (Github_medium o42527 `provider`): they are not valid instances here.
+    Why its readings matter here: Python's `re` matches `"Ń"` with `\\w`, so hypothesis-jsonschema draws such
+    strings and plain `jsonschema` calls them valid (Github_medium o42527 `provider`, o90425's `^\\w$` keys);
+    Draft 4's checker passes `"tokenize"` as a uuid (o73993); float division passes -43536423848412.805 as a
+    multiple of 0.1 (o43991). Under parley's readings those are invalid instances, as they are to the backends.
     """
-    import jsonschema
+    from parley.constrained.validate import schema_validator
 
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    ecma = jsonschema.validators.extend(cls, {"pattern": _ecma_pattern})
-    return ecma(schema, format_checker=cls.FORMAT_CHECKER)
+    return schema_validator(schema)
 
 
 class _LegacyMany:
@@ -90,12 +81,23 @@ def _patch_hypothesis_jsonschema() -> None:
     _from_schema.cu = types.SimpleNamespace(**{**vars(_from_schema.cu), "many": _LegacyMany})
 
 
+def _no_local_constants() -> None:
+    """Hypothesis mixes string and number constants from the loaded modules into what it draws
+    (`_get_local_constants`), so the same schema gave other instances in another process ("tokenize" from
+    parley's own sources); without them a schema's instances depend on the schema alone."""
+    from hypothesis.internal.conjecture import providers
+
+    if hasattr(providers, "_get_local_constants") and hasattr(providers, "Constants"):
+        providers._get_local_constants = providers.Constants  # type: ignore[attr-defined]  # an empty set
+
+
 def generate(schema: Any, count: int) -> list[Any]:
     """Up to `count` distinct values hypothesis-jsonschema draws for `schema` (empty if it cannot)."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis_jsonschema import from_schema
 
     _patch_hypothesis_jsonschema()
+    _no_local_constants()
 
     drawn: list[Any] = []
 
@@ -103,12 +105,12 @@ def generate(schema: Any, count: int) -> list[Any]:
         max_examples=count, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
         suppress_health_check=list(HealthCheck),
     )  # fmt: skip
-    @given(value=from_schema(schema))
+    @given(value=from_schema(copy.deepcopy(schema)))
     def collect(value: Any) -> None:
         drawn.append(value)
 
     try:
-        collect()
+        collect()  # on a copy: hypothesis-jsonschema rewrites the schema it is given in place (o66267)
     except Exception:  # recursive $refs, unsatisfiable merges...: hypothesis-jsonschema cannot draw, no instances
         return []
     seen: set[str] = set()
@@ -157,11 +159,30 @@ def _subschemas_for(root: Any, node: Any, name: str, depth: int = 0) -> list[Any
     return out
 
 
+def _items_of(root: Any, node: Any, depth: int = 0) -> Any:
+    """The `items` schema of an array matching `node`, through `$ref` and the first combinator branch with one."""
+    if not isinstance(node, dict) or depth > 8:
+        return {}
+    if isinstance(node.get("items"), dict):
+        return node["items"]
+    if "$ref" in node:
+        target = resolve_ref(root, node["$ref"])
+        found = {} if target is MISSING else _items_of(root, target, depth + 1)
+        if found:
+            return found
+    for key in ("allOf", "anyOf", "oneOf"):
+        for branch in node.get(key, []) if isinstance(node.get(key), list) else []:
+            found = _items_of(root, branch, depth + 1)
+            if found:
+                return found
+    return {}
+
+
 def in_schema_order(root: Any, node: Any, value: Any) -> Any:
     """`value` with object keys in the order the schema lists them (unknown keys last)."""
     if isinstance(value, list):
-        items = node.get("items") if isinstance(node, dict) else None
-        return [in_schema_order(root, items if isinstance(items, dict) else {}, v) for v in value]
+        items = _items_of(root, node)
+        return [in_schema_order(root, items, v) for v in value]
     if not isinstance(value, dict):
         return value
     order = {name: i for i, name in enumerate(_property_order(root, node))}
