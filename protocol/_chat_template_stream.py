@@ -290,7 +290,9 @@ class StreamParser:
     def _content(self, text: str, out: list[Event]) -> None:
         if self._header is not None:
             self._header += text
-            newline = self._header.find("\n")
+            # only a newline within the first _MAX_HEADER + 1 characters ends a header, so whether a long one
+            # is bad never depends on where the chunks were cut
+            newline = self._header.find("\n", 0, _MAX_HEADER + 1)
             if newline < 0:
                 if len(self._header) > _MAX_HEADER:
                     bad, self._header = self._header, None

@@ -123,39 +123,55 @@ def generate(schema: Any, count: int) -> list[Any]:
     return out
 
 
-def _property_order(root: Any, node: Any, depth: int = 0) -> list[str]:
+def _branches(root: Any, node: Any, key: str, value: Any) -> list[Any]:
+    """The branches of `node[key]` that shape `value`: every `allOf` branch; of `anyOf`/`oneOf`, the first the
+    value matches (the backends write the chosen branch's own property order, Github_trivial o83689), else all."""
+    branches = node.get(key) if isinstance(node.get(key), list) else []
+    if key == "allOf" or value is MISSING:
+        return branches
+    context = {k: root[k] for k in ("$schema", "definitions", "$defs") if isinstance(root, dict) and k in root}
+    for branch in branches:
+        try:
+            if isinstance(branch, dict) and validator({**context, **branch}).is_valid(value):
+                return [branch]
+        except Exception:  # noqa: BLE001 - an unresolvable branch: fall back to every branch
+            break
+    return branches
+
+
+def _property_order(root: Any, node: Any, value: Any = MISSING, depth: int = 0) -> list[str]:
     if not isinstance(node, dict) or depth > 8:
         return []
     if "$ref" in node:
         target = resolve_ref(root, node["$ref"])
-        head = [] if target is MISSING else _property_order(root, target, depth + 1)
+        head = [] if target is MISSING else _property_order(root, target, value, depth + 1)
     else:
         head = []
     props = node.get("properties")
     names = head + (list(props) if isinstance(props, dict) else [])
     for key in ("allOf", "anyOf", "oneOf"):
-        for branch in node.get(key, []) if isinstance(node.get(key), list) else []:
-            names += _property_order(root, branch, depth + 1)
+        for branch in _branches(root, node, key, value):
+            names += _property_order(root, branch, value, depth + 1)
     return list(dict.fromkeys(names))
 
 
-def _subschemas_for(root: Any, node: Any, name: str, depth: int = 0) -> list[Any]:
-    """The subschemas that may apply to property `name` of an object matching `node`."""
+def _subschemas_for(root: Any, node: Any, name: str, value: Any = MISSING, depth: int = 0) -> list[Any]:
+    """The subschemas that may apply to property `name` of `value`, an object matching `node`."""
     if not isinstance(node, dict) or depth > 8:
         return []
     out: list[Any] = []
     if "$ref" in node:
         target = resolve_ref(root, node["$ref"])
         if target is not MISSING:
-            out += _subschemas_for(root, target, name, depth + 1)
+            out += _subschemas_for(root, target, name, value, depth + 1)
     props = node.get("properties")
     if isinstance(props, dict) and name in props:
         out.append(props[name])
     elif isinstance(node.get("additionalProperties"), dict):
         out.append(node["additionalProperties"])
     for key in ("allOf", "anyOf", "oneOf"):
-        for branch in node.get(key, []) if isinstance(node.get(key), list) else []:
-            out += _subschemas_for(root, branch, name, depth + 1)
+        for branch in _branches(root, node, key, value):
+            out += _subschemas_for(root, branch, name, value, depth + 1)
     return out
 
 
@@ -185,11 +201,11 @@ def in_schema_order(root: Any, node: Any, value: Any) -> Any:
         return [in_schema_order(root, items, v) for v in value]
     if not isinstance(value, dict):
         return value
-    order = {name: i for i, name in enumerate(_property_order(root, node))}
+    order = {name: i for i, name in enumerate(_property_order(root, node, value))}
     keys = sorted(value, key=lambda k: (order.get(k, len(order)), 0))
     out = {}
     for key in keys:
-        subs = _subschemas_for(root, node, key)
+        subs = _subschemas_for(root, node, key, value)
         out[key] = in_schema_order(root, subs[0] if subs else {}, value[key])
     return out
 

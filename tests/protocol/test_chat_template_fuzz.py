@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from parley.protocol import ErrorEvent, MessageEnd, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallEnd
@@ -31,6 +31,10 @@ def _run(text: str, cuts: list[int]) -> tuple[StreamParser, list[object]]:
 
 @settings(max_examples=400, deadline=None)
 @given(texts, st.lists(st.integers(min_value=0, max_value=200), max_size=12))
+@example(  # a 66-character header whose newline came in the next chunk was read as a role, whole as bad
+    text='<think><think><think><|im_start|><think><think><think>{"name": "f", "arguments": {"a": 1}}assistant\n',
+    cuts=[98],
+)
 def test_never_raises_and_chunking_does_not_change_the_result(text: str, cuts: list[int]) -> None:
     whole, whole_events = _run(text, [])
     chunked, chunked_events = _run(text, cuts)
