@@ -5,6 +5,8 @@ on a GPU."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -35,6 +37,18 @@ def _graphed(engine: Any) -> GraphedDecode:
     return graphs
 
 
+@contextmanager
+def eager_and_graphed(hf: Any, **config: Any) -> Iterator[tuple[Any, Any, GraphedDecode]]:
+    """Two engines over the same weights: one eager, one whose decode steps go through the graphs' buffers."""
+    eager = engine_from_hf(hf, EngineConfig(**config))
+    graphed = engine_from_hf(hf, EngineConfig(**config))
+    try:
+        yield eager, graphed, _graphed(graphed)
+    finally:
+        eager.close()
+        graphed.close()
+
+
 def test_buckets_round_rows_up_and_contexts_to_powers_of_two() -> None:
     assert [batch_bucket(n) for n in (1, 2, 3, 5, 17, 128)] == [1, 2, 4, 8, 24, 128]
     assert batch_bucket(129) is None
@@ -43,20 +57,14 @@ def test_buckets_round_rows_up_and_contexts_to_powers_of_two() -> None:
 
 def test_padded_static_steps_give_the_eager_tokens_across_batch_and_context_buckets(tiny_hf: Any) -> None:
     prompts = prompts_of([3, 17, 40, 250, 9], seed=4)  # one row crosses from the 256 to the 512 context bucket
-    eager = engine_from_hf(tiny_hf, EngineConfig(**CFG))
-    graphed = engine_from_hf(tiny_hf, EngineConfig(**CFG))
-    try:
+    with eager_and_graphed(tiny_hf, **CFG) as (eager, graphed, graphs):
         want = _tokens(eager, prompts, 12)
-        graphs = _graphed(graphed)
         assert _tokens(graphed, prompts, 12) == want
         assert _tokens(graphed, prompts[:1], 12) == want[:1]  # batch 1, its own bucket
         shapes = graphs.stats()["graphs"]
         assert {L for _, L in shapes} == {256, 512}, shapes  # the long row's context pads to 512, the others' to 256
         assert (1, 256) in shapes and len({B for B, _ in shapes}) >= 2, shapes  # rows padded to several buckets
         assert graphs.stats()["replays"] >= 22
-    finally:
-        eager.close()
-        graphed.close()
 
 
 def test_pad_rows_write_only_the_scratch_slot(tiny_hf: Any) -> None:
@@ -96,17 +104,10 @@ def test_pad_rows_write_only_the_scratch_slot(tiny_hf: Any) -> None:
 def test_speculative_verify_rows_replay_too(tiny_hf: Any) -> None:
     prompts = repetitive_prompts(4)  # n-gram drafts from the first step, verified as 1 + k decode rows each
     spec = dict(CFG, speculation="ngram", speculative_tokens=4, speculative_max_batch=64)
-    eager = engine_from_hf(tiny_hf, EngineConfig(**spec))
-    graphed = engine_from_hf(tiny_hf, EngineConfig(**spec))
-    try:
-        want = _tokens(eager, prompts, 16)
-        graphs = _graphed(graphed)
-        assert _tokens(graphed, prompts, 16) == want
+    with eager_and_graphed(tiny_hf, **spec) as (eager, graphed, graphs):
+        assert _tokens(graphed, prompts, 16) == _tokens(eager, prompts, 16)
         assert graphed.stats()["spec_verify_steps"] > 0
         assert max(rows for rows, _ in graphs.stats()["graphs"]) >= 8  # 4 requests, each 1 + k verify rows
-    finally:
-        eager.close()
-        graphed.close()
 
 
 def test_steps_a_graph_does_not_take_run_eager(tiny_hf: Any) -> None:
