@@ -108,16 +108,30 @@ def _bounded_strings(parts: list[JsonPart]) -> list[KeywordUse]:
     return out
 
 
-def _escape_blind_patterns(parts: list[JsonPart]) -> list[KeywordUse]:
+def _escape_blind(pattern: object) -> bool:
+    return (
+        isinstance(pattern, str)
+        and not pattern_mentions_escape(pattern)
+        and pattern_admits_escaped(full_match_pattern(pattern))
+    )
+
+
+def _escape_blind_patterns(parts: list[JsonPart], strict: bool) -> list[KeywordUse]:
     out = []
     for part in parts:
         for path, node in iter_subschemas(part.schema, part.label):
-            pattern = node.get("pattern")
-            if isinstance(pattern, str) and not pattern_mentions_escape(pattern) and pattern_admits_escaped(
-                full_match_pattern(pattern)
-            ):
+            if _escape_blind(node.get("pattern")):
                 reason = "xgrammar never matches a backslash, a quote or a control character under a pattern"
                 out.append(KeywordUse("pattern", path, node, reason))
+            keys = node.get("patternProperties")
+            # kept in xgrammar's grammar only where extra keys are forbidden (xgrammar._keyword_rules)
+            if (
+                isinstance(keys, dict)
+                and node.get("additionalProperties", not strict) is False
+                and any(map(_escape_blind, keys))
+            ):
+                reason = "xgrammar never writes a backslash, a quote or a control character in a patternProperties key"
+                out.append(KeywordUse("patternProperties", path, node, reason))
     return out
 
 
@@ -127,13 +141,16 @@ def costly(backend: str, parts: list[JsonPart], options: JsonOptions) -> list[Ke
     xgrammar matches a string's raw JSON text, escapes and all: with `string_lengths="grammar"` it forbids
     escape sequences in length-bounded strings (`"\\u0010"` under maxLength 5 is rejected), and under a
     pattern that admits `\\`, `"` or a control character (`.`, `[^:]`, `[A-z]`, an unanchored end) it never
-    produces one (`"\\u0017sa.com"` for `\\.[a-z]{2,3}$`, Github_easy o68324). llguidance counts lengths
+    produces one (`"\\u0017sa.com"` for `\\.[a-z]{2,3}$`, Github_easy o68324), nor in an object key matched
+    by a `patternProperties` regex it keeps (`{"x-\\"": 1}` for `^x-`, Github_hard o74015). llguidance counts lengths
     right and matches patterns on the decoded string. (A pattern that names `\\` or `"` is left to
     validation on xgrammar instead: `pattern_mentions_escape`.)
     """
     if backend != "xgrammar":
         return []
-    return (_bounded_strings(parts) if options.lengths_in_grammar else []) + _escape_blind_patterns(parts)
+    return (_bounded_strings(parts) if options.lengths_in_grammar else []) + _escape_blind_patterns(
+        parts, options.strict
+    )
 
 
 def rank(spec: Spec, parts: list[JsonPart], options: JsonOptions | None, unenforced: Unenforced) -> Ranking:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from parley.constrained.schema.refs import decode_pointer
+
 # Keywords that constrain only one JSON type (JSON Schema applies them to that type and lets every
 # other type through; xgrammar instead infers the type from them).
 _TYPE_KEYWORDS = {
@@ -41,17 +43,50 @@ def widen_untyped(schema: Any) -> Any:
     list is spelled out (`["object", "array", ...]`), which xgrammar applies keyword by type.
 
     Only where that is exact: a value position admits every type; a branch of `anyOf`/`oneOf`/
-    `allOf` gets its parent's types (xgrammar does not intersect them itself); a definition's root
-    is left alone, as its context is unknown (it keeps xgrammar's narrower reading, which is safe).
+    `allOf` gets its parent's types (xgrammar does not intersect them itself); a definition gets
+    the context of the `$ref`s that point at it (`#/definitions/X`, `#/$defs/X`) when they all
+    agree (`{"additionalProperties": false}` reached from `properties` admits `null`, Github_ultra
+    o6352); otherwise (unreferenced, referenced in different contexts, or pointed into) it is left
+    alone and keeps xgrammar's narrower reading, which rejects valid values but never admits invalid ones.
     """
     if not isinstance(schema, dict):
         return schema
     out = copy.deepcopy(schema)
-    _widen(out, None)
+    _widen(out, None, _definition_contexts(out))
     return out
 
 
-def _widen(node: Any, context: list[str] | str | None) -> None:
+def _definition_contexts(schema: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    """The context each definition is referenced in, where every `$ref` to it agrees (a fixpoint:
+    a `$ref` at a definition's root or in its branches takes that definition's context)."""
+    contexts: dict[tuple[str, str], Any] = {}
+    for _ in range(len(schema.get("definitions") or {}) + len(schema.get("$defs") or {}) + 2):
+        sites: dict[tuple[str, str], set[Any]] = {}
+        _widen(copy.deepcopy(schema), None, contexts, sites)
+        agreed = {key: next(iter(found)) for key, found in sites.items() if len(found) == 1}
+        agreed = {key: list(found) if isinstance(found, tuple) else found
+                  for key, found in agreed.items() if found != _KEEP}  # fmt: skip
+        if agreed == contexts:
+            break
+        contexts = agreed
+    return contexts
+
+
+def _record_ref(node: dict[str, Any], context: Any, sites: dict[tuple[str, str], set[Any]]) -> None:
+    ref = node.get("$ref")
+    parts = decode_pointer(ref) if isinstance(ref, str) else None
+    if not parts or parts[0] not in ("$defs", "definitions") or len(parts) < 2:
+        return
+    seen = tuple(context) if isinstance(context, list) else context
+    sites.setdefault((parts[0], parts[1]), set()).add(seen if len(parts) == 2 else _KEEP)
+
+
+def _widen(
+    node: Any,
+    context: list[str] | str | None,
+    defs: dict[tuple[str, str], Any],
+    sites: dict[tuple[str, str], set[Any]] | None = None,
+) -> None:
     if not isinstance(node, dict):
         return
     if "type" in node:
@@ -67,19 +102,21 @@ def _widen(node: Any, context: list[str] | str | None) -> None:
         branch_context = _KEEP  # typed by xgrammar from its keywords next to a combinator or $ref
     else:
         branch_context = context
+    if sites is not None and "$ref" in node:
+        _record_ref(node, branch_context, sites)
     for key, value in node.items():
         if key in _BRANCHES and isinstance(value, list):
             for branch in value:
-                _widen(branch, branch_context)
+                _widen(branch, branch_context, {}, sites)
         elif key in _VALUE_MAPS and isinstance(value, dict):
             for sub in value.values():
-                _widen(sub, None)
+                _widen(sub, None, {}, sites)
         elif key in _VALUE_SCHEMAS:
             for sub in value if isinstance(value, list) else [value]:
-                _widen(sub, None)
+                _widen(sub, None, {}, sites)
         elif key in ("$defs", "definitions") and isinstance(value, dict):
-            for sub in value.values():
-                _widen(sub, _KEEP)
+            for name, sub in value.items():
+                _widen(sub, defs.get((key, name), _KEEP), {}, sites)  # `defs`: the root's only
 
 
 def admits_fractions(node: Any) -> bool:

@@ -7,7 +7,8 @@ false acceptance the compile did not warn about is a silently dropped constraint
 Generation is deterministic (`derandomize=True`, no example database): the same schema gives the same
 instances on every run and machine. Valid instances are re-checked with `jsonschema` (formats
 included) and kept only if valid; objects are serialised with their keys in the schema's property
-order (as MaskBench does), so backends that generate properties in schema order are compared fairly.
+order (as MaskBench does), recursively through `properties`, matching `patternProperties` and
+`additionalProperties`, so backends that generate properties in schema order are compared fairly.
 Invalid instances are single mutations of a valid one (a key dropped or added, a value replaced by one
 of another type or pushed past a bound), kept only if `jsonschema` rejects them; each carries the
 keyword `jsonschema` names as violated.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +157,14 @@ def _property_order(root: Any, node: Any, value: Any = MISSING, depth: int = 0) 
     return list(dict.fromkeys(names))
 
 
+def _key_matches(pattern: str, name: str) -> bool:
+    """Whether `patternProperties` key `pattern` applies to property `name`, as parley's validator reads it."""
+    try:
+        return re.search(pattern, name, re.ASCII) is not None
+    except re.error:
+        return False
+
+
 def _subschemas_for(root: Any, node: Any, name: str, value: Any = MISSING, depth: int = 0) -> list[Any]:
     """The subschemas that may apply to property `name` of `value`, an object matching `node`."""
     if not isinstance(node, dict) or depth > 8:
@@ -165,9 +175,13 @@ def _subschemas_for(root: Any, node: Any, name: str, value: Any = MISSING, depth
         if target is not MISSING:
             out += _subschemas_for(root, target, name, value, depth + 1)
     props = node.get("properties")
-    if isinstance(props, dict) and name in props:
+    named = isinstance(props, dict) and name in props
+    if named:
         out.append(props[name])
-    elif isinstance(node.get("additionalProperties"), dict):
+    patterns = node.get("patternProperties")
+    matched = [sub for key, sub in patterns.items() if _key_matches(key, name)] if isinstance(patterns, dict) else []
+    out += matched  # a key under a pattern is shaped by it, as the backends compile it (WashingtonPost wp_68)
+    if not named and not matched and isinstance(node.get("additionalProperties"), dict):
         out.append(node["additionalProperties"])
     for key in ("allOf", "anyOf", "oneOf"):
         for branch in _branches(root, node, key, value):

@@ -28,9 +28,12 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | `multipleOf` on a `number` | llguidance | `1e+16`, `0.30`, `4.0` | stripped, validated |
 | an unanchored pattern | llguidance | `"a\\n"` for `^a` (`.*` was padded) | padded with `[\\s\\S]*` |
 | escapes under a pattern | xgrammar | `"\\u0017s.com"` for `\\.[a-z]{2,3}$` | ranked after llguidance |
+| escapes in a `patternProperties` key | xgrammar | `{"x-\\"":1}` for `^x-` (no extra keys) | ranked after llguidance |
+| an untyped definition | xgrammar | `null` for `{"additionalProperties": false}` via `$ref` | typed from its `$ref`s |
 | `format: email` | xgrammar | `"a@b.c"` (one-letter labels) | stripped, validated |
 | a `oneOf` llguidance cannot prove disjoint | llguidance | refused: xgrammar took it | as `anyOf`, overlap validated |
 | a raw DEL (U+007F) in a string | llguidance | the raw character | written `"\\u007f"` (a spelling rule) |
+| an object under a `patternProperties` key | (the tests) | its keys left out of schema order | ordered by it |
 
 CI runs `COUNT` instances per schema and every `DEV_STRIDE`-th dev file up to `DEV_MAX_BYTES`;
 `PARLEY_DIFFERENTIAL=full` runs more instances on the whole split (hours on 2 cores); `PARLEY_DIFFERENTIAL=10`
@@ -93,10 +96,13 @@ _ESCAPED = re.compile('[\x00-\x1f"\\\\]')
 
 
 def escape_blind(schema: Any) -> bool:
-    """Whether `schema` has a pattern under which xgrammar cannot write escaped characters (choice.costly)."""
+    """Whether `schema` has a pattern (or a kept `patternProperties` key) under which xgrammar cannot write
+    escaped characters (choice.costly)."""
     if not isinstance(schema, (dict, bool)):
         return False
     patterns = [node.get("pattern") for _, node in iter_subschemas(schema, "$")]
+    patterns += [key for _, node in iter_subschemas(schema, "$") if node.get("additionalProperties") is False
+                 and isinstance(node.get("patternProperties"), dict) for key in node["patternProperties"]]  # fmt: skip
     return any(isinstance(p, str) and not pattern_mentions_escape(p) and pattern_admits_escaped(
         full_match_pattern(p)) for p in patterns)
 
