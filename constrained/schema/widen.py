@@ -44,10 +44,10 @@ def widen_untyped(schema: Any) -> Any:
 
     Only where that is exact: a value position admits every type; a branch of `anyOf`/`oneOf`/
     `allOf` gets its parent's types (xgrammar does not intersect them itself); a definition gets
-    the context of the `$ref`s that point at it (`#/definitions/X`, `#/$defs/X`) when they all
-    agree (`{"additionalProperties": false}` reached from `properties` admits `null`, Github_ultra
-    o6352); otherwise (unreferenced, referenced in different contexts, or pointed into) it is left
-    alone and keeps xgrammar's narrower reading, which rejects valid values but never admits invalid ones.
+    the union of the contexts of the `$ref`s that point at it (`#/definitions/X`, `#/$defs/X`):
+    `{"additionalProperties": false}` reached from `properties` admits `null` (Github_ultra o6352); where
+    that is unknown (unreferenced, or pointed into) it is left alone and keeps xgrammar's narrower reading,
+    which rejects valid values but never admits invalid ones.
     """
     if not isinstance(schema, dict):
         return schema
@@ -63,13 +63,25 @@ def _definition_contexts(schema: dict[str, Any]) -> dict[tuple[str, str], Any]:
     for _ in range(len(schema.get("definitions") or {}) + len(schema.get("$defs") or {}) + 2):
         sites: dict[tuple[str, str], set[Any]] = {}
         _widen(copy.deepcopy(schema), None, contexts, sites)
-        agreed = {key: next(iter(found)) for key, found in sites.items() if len(found) == 1}
-        agreed = {key: list(found) if isinstance(found, tuple) else found
-                  for key, found in agreed.items() if found != _KEEP}  # fmt: skip
+        joined = {key: _union(found) for key, found in sites.items()}
+        agreed = {key: found for key, found in joined.items() if found != _KEEP}
         if agreed == contexts:
             break
         contexts = agreed
     return contexts
+
+
+def _union(contexts: set[Any]) -> Any:
+    """One context for a definition referenced from several: any value (None) if one site admits any, unknown
+    (`_KEEP`) if one is unknown, else the union of the sites' types. Where sites differ, the narrower site's
+    own `type` is then no longer implied by the definition: it is reported as not enforced and validated
+    (Github_medium o69248's `feature`, referenced both from `items` and under an object's `oneOf`)."""
+    if _KEEP in contexts:
+        return _KEEP
+    if None in contexts:
+        return None
+    return [t for t in ALL_TYPES if any(t in c for c in contexts)] + sorted(
+        {t for c in contexts for t in c} - set(ALL_TYPES))
 
 
 def _record_ref(node: dict[str, Any], context: Any, sites: dict[tuple[str, str], set[Any]]) -> None:
