@@ -21,8 +21,12 @@ Its own limits, measured on llguidance 1.9.1 and handled here:
 - `additionalProperties` follows the specification (absent = any extra key); parley's `strict`
   spells out `additionalProperties: false` where the schema says nothing (`close_objects`) and
   the type of untyped object/array keywords (`type_untyped`).
-- Masks allow only canonical tokenizations: after `{` comes `{"` as one token, so the lone `{`
-  token is masked although `accept_token` takes it.
+- Where the grammar forces bytes, its masks allow only the forced bytes' own tokenization (SmolLM2: `[`
+  then `["` for a forced `[["`), not the model's: `[[""]]` is `[[`, `""`, `]]`, and `[[` was masked
+  (Github_easy o27352, `minItems: 1` on nested arrays). Grammars are compiled with `no_forcing`, and
+  `forced_tokens` tokenizes the forced bytes itself (`compute_ff_bytes`).
+- Properties listed in `required` but not in `properties` follow the properties, in `required` order
+  (Github_easy o11794, o57603): a key-order rule like the one below, so `any_order` counts them too.
 - A `oneOf` is compiled as `anyOf` (its `coerce_one_of` option): refused otherwise where it cannot prove the
   branches disjoint (Github_medium o2109: a string under two patterns, which only xgrammar then compiled, and
   xgrammar cannot match escaped characters there). Where branches may overlap, exclusivity is recorded and
@@ -198,10 +202,14 @@ def _lookaround_keys(schema: Any) -> bool:
     )
 
 
+def _named_keys(node: dict[str, Any]) -> set[Any]:
+    """The keys llguidance writes at fixed positions: `properties`, then `required` names not among them."""
+    props, required = node.get("properties"), node.get("required")
+    return set(props if isinstance(props, dict) else ()) | set(required if isinstance(required, list) else ())
+
+
 def _many_properties(schema: Any) -> bool:
-    return any(
-        isinstance(node.get("properties"), dict) and len(node["properties"]) > 1 for _, node in iter_subschemas(schema)
-    )
+    return any(len(_named_keys(node)) > 1 for _, node in iter_subschemas(schema))
 
 
 def _tokenizer(tok: TokenizerInfo) -> Any:
@@ -286,7 +294,15 @@ class LLGuidanceMatcher:
         self._ended = self._virtual_stop = False
 
     def forced_tokens(self) -> list[int]:
-        return [] if self.is_terminated() else list(self._matcher.compute_ff_tokens())
+        """The forced bytes in the model's tokenization, less the last token (a longer one may start there)."""
+        if self.is_terminated():
+            return []
+        try:
+            text = self._matcher.compute_ff_bytes().decode()
+        except UnicodeDecodeError:
+            return []
+        ids = [int(t) for t in self._tok.tokenizer.encode(text, add_special_tokens=False)][:-1]
+        return ids[: self._matcher.validate_tokens(ids)] if ids else []
 
 
 @dataclass
@@ -343,7 +359,8 @@ class LLGuidanceBackend:
         return LLGuidanceCompiled(self._llg_tok, grammar, self._tok)
 
     def _lark(self, body: str, what: str) -> LLGuidanceCompiled:
-        return self._compile(_llg().LLMatcher.grammar_from_lark("%llguidance {}\n" + body), what)
+        # no_forcing: forced bytes otherwise mask every token but their own tokenization's (module docstring)
+        return self._compile(_llg().LLMatcher.grammar_from_lark('%llguidance {"no_forcing": true}\n' + body), what)
 
     def json_schema(self, schema: Any, options: JsonOptions) -> LLGuidanceCompiled:
         return self._lark(f"start: %json {self._schema_text(schema, options)}\n", "schema")

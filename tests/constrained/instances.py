@@ -7,7 +7,8 @@ false acceptance the compile did not warn about is a silently dropped constraint
 Generation is deterministic (`derandomize=True`, no example database): the same schema gives the same
 instances on every run and machine. Valid instances are re-checked with `jsonschema` (formats
 included) and kept only if valid; objects are serialised with their keys in the schema's property
-order (as MaskBench does), recursively through `properties`, matching `patternProperties` and
+order (as MaskBench does; `required` names missing from `properties` after those, in `required` order, as
+llguidance writes them), recursively through `properties`, matching `patternProperties` and
 `additionalProperties`, so backends that generate properties in schema order are compared fairly.
 Invalid instances are single mutations of a valid one (a key dropped or added, a value replaced by one
 of another type or pushed past a bound), kept only if `jsonschema` rejects them; each carries the
@@ -141,19 +142,21 @@ def _branches(root: Any, node: Any, key: str, value: Any) -> list[Any]:
     return branches
 
 
-def _property_order(root: Any, node: Any, value: Any = MISSING, depth: int = 0) -> list[str]:
+def _property_order(root: Any, node: Any, value: Any = MISSING, depth: int = 0, key: str = "properties") -> list[str]:
+    """Names in `node[key]`: `properties`, or `required` (llguidance writes names missing from `properties`
+    after them, in `required` order)."""
     if not isinstance(node, dict) or depth > 8:
         return []
     if "$ref" in node:
         target = resolve_ref(root, node["$ref"])
-        head = [] if target is MISSING else _property_order(root, target, value, depth + 1)
+        head = [] if target is MISSING else _property_order(root, target, value, depth + 1, key)
     else:
         head = []
-    props = node.get("properties")
-    names = head + (list(props) if isinstance(props, dict) else [])
-    for key in ("allOf", "anyOf", "oneOf"):
-        for branch in _branches(root, node, key, value):
-            names += _property_order(root, branch, value, depth + 1)
+    props = node.get(key)
+    names = head + [name for name in props if isinstance(name, str)] if isinstance(props, (dict, list)) else head
+    for combinator in ("allOf", "anyOf", "oneOf"):
+        for branch in _branches(root, node, combinator, value):
+            names += _property_order(root, branch, value, depth + 1, key)
     return list(dict.fromkeys(names))
 
 
@@ -215,7 +218,8 @@ def in_schema_order(root: Any, node: Any, value: Any) -> Any:
         return [in_schema_order(root, items, v) for v in value]
     if not isinstance(value, dict):
         return value
-    order = {name: i for i, name in enumerate(_property_order(root, node, value))}
+    names = dict.fromkeys(_property_order(root, node, value) + _property_order(root, node, value, key="required"))
+    order = {name: i for i, name in enumerate(names)}
     keys = sorted(value, key=lambda k: (order.get(k, len(order)), 0))
     out = {}
     for key in keys:

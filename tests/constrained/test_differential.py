@@ -34,6 +34,8 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | a `oneOf` llguidance cannot prove disjoint | llguidance | refused: xgrammar took it | as `anyOf`, overlap validated |
 | a raw DEL (U+007F) in a string | llguidance | the raw character | written `"\\u007f"` (a spelling rule) |
 | an object under a `patternProperties` key | (the tests) | its keys left out of schema order | ordered by it |
+| `required` names not in `properties` | llguidance | `{"a":2,"b":1}` for `required: ["b","a"]` | `required` order |
+| a byte sequence the grammar forces | llguidance | `[[""]]` (`[[` masked: only `[`, `["` for `[["`) | `no_forcing` |
 
 CI runs `COUNT` instances per schema and every `DEV_STRIDE`-th dev file up to `DEV_MAX_BYTES`;
 `PARLEY_DIFFERENTIAL=full` runs more instances on the whole split (hours on 2 cores); `PARLEY_DIFFERENTIAL=10`
@@ -393,3 +395,19 @@ def test_what_no_backend_enforces_is_compiled_partly_and_named_in_a_warning(smol
     keyword = LEFT_TO_VALIDATION[name]
     assert matcher.needs_validation and any(f"'{keyword}'" in w for w in matcher.warnings), matcher.warnings
     assert matcher.choice.startswith(matcher.backend)
+
+
+def test_llguidance_writes_required_names_missing_from_properties_in_required_order(smol_tokenizer: Any) -> None:
+    schema = {"type": "object", "properties": {"m": {"type": "object", "required": ["b", "a"]}}}  # Github_easy o11794
+    matcher = compiled(smol_tokenizer, schema, "llguidance", strict=False)
+    assert feed(matcher, smol_tokenizer, '{"m":{"b":1,"a":2,"c":3}}')
+    matcher.reset()
+    assert not feed(matcher, smol_tokenizer, '{"m":{"a":2,"b":1}}')  # the key-order rule the instances follow
+    with pytest.raises(ConstrainedError):
+        compiled(smol_tokenizer, schema, "llguidance", strict=False, any_order=True)
+
+
+def test_llguidance_masks_do_not_force_their_own_tokenization(smol_tokenizer: Any) -> None:
+    inner = {"type": "array", "items": {"type": "string"}, "minItems": 1}  # Github_easy o27352
+    matcher = compiled(smol_tokenizer, {"type": "array", "items": inner, "minItems": 1}, "llguidance")
+    assert feed(matcher, smol_tokenizer, '[[""]]')  # `[[`, `""`, `]]`: `[[` was masked for a forced `[["`
