@@ -10,7 +10,9 @@ warning and validate every output — applies to tool arguments exactly as to a 
 2. pointers through `patternProperties` members or to subschemas outside schema keywords are
    hoisted into `$defs` (see `parley.constrained.schema.refs.hoist_refs`);
 3. `pattern`s become full-match regexes with escaped control characters;
-4. `properties: {"x": false}` ("x must not appear"; neither backend compiles a `false` schema) is
+4. a `required` name missing from `properties` is declared there, with the schema an undeclared key gets
+   (`_declare_required`: exact, and writable where `strict` closes the object);
+5. `properties: {"x": false}` ("x must not appear"; neither backend compiles a `false` schema) is
    removed: exact where extra keys are forbidden, otherwise recorded as relaxed.
 """
 
@@ -63,10 +65,32 @@ def _drop_false_properties(schema: Any, label: str, strict: bool) -> tuple[Any, 
     return out, relaxed
 
 
+def _declare_required(schema: Any, label: str) -> Any:
+    """A `required` name missing from `properties` becomes a property with the schema an undeclared key would
+    get (`additionalProperties`, else any value), unless extra keys are forbidden or a `patternProperties` key
+    may claim it. Exact in JSON Schema terms, and it keeps such names writable where parley's `strict` closes
+    the object (xgrammar rejected every valid value of `{"properties": {"x": {}}, "required": ["b"]}`, strict
+    or not)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = copy.deepcopy(schema)
+    for _, node in iter_subschemas(out, label):
+        props, required = node.get("properties"), node.get("required")
+        if not isinstance(props, dict) or not isinstance(required, list):
+            continue
+        extra = node.get("additionalProperties", True)
+        if extra is False or {"patternProperties", "unevaluatedProperties"} & node.keys():
+            continue
+        for name in required:
+            if isinstance(name, str) and name not in props:
+                props[name] = copy.deepcopy(extra) if isinstance(extra, dict) else {}
+    return out
+
+
 def prepare(schema: Any, label: str, strict: bool, aliases: tuple[tuple[str, str], ...] = ()) -> JsonPart:
-    """Check `schema` and rewrite it for grammar backends (steps 2-4 of the module docstring)."""
+    """Check `schema` and rewrite it for grammar backends (steps 2-5 of the module docstring)."""
     check_schema(schema)
-    rewritten = rewrite_patterns(hoist_refs(schema))
+    rewritten = _declare_required(rewrite_patterns(hoist_refs(schema)), label)
     rewritten, relaxed = _drop_false_properties(rewritten, label, strict)
     return JsonPart(label, rewritten, tuple(relaxed), aliases)
 

@@ -373,6 +373,18 @@ def test_llguidance_compiles_a_oneof_it_cannot_prove_disjoint_and_validates_excl
     assert feed(auto, smol_tokenizer, json.dumps("a:\x13:1"))
 
 
+@pytest.mark.parametrize("backend", ["xgrammar", "llguidance", "auto"])
+@pytest.mark.parametrize("strict", [True, False])
+def test_required_names_missing_from_properties_stay_writable(smol_tokenizer: Any, backend: str, strict: bool) -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["b", "a"]}
+    matcher = compiled(smol_tokenizer, schema, backend, strict=strict)  # strict xgrammar rejected every value
+    for text in ('{"b":1,"a":2}', '{"x":1,"b":"s","a":null}'):
+        matcher.reset()
+        assert feed(matcher, smol_tokenizer, text), text
+    matcher.reset()
+    assert not feed(matcher, smol_tokenizer, '{"x":1}')  # still required
+
+
 # The failing kinds: which backend enforces each exactly (auto picks it), and what is left to validation.
 EXACTLY_ON_LLGUIDANCE = [
     "enum_with_bounds", "number_enum_with_minimum", "min_max_items", "prefix_items_with_bounds",
