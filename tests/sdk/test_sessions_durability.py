@@ -155,6 +155,12 @@ def sigkill_session_runs(store: str, db: Path, state: Path, env: dict[str, str])
         # long a start takes depends on the machine, and a kill during start-up exercises nothing.
         if kills < max_kills or (not resumed() and kills < 3 * max_kills):
             time.sleep(rng.uniform(0.0, 0.1 + 0.02 * max(0, kills - max_kills)))
+            if not resumed() and kills >= max_kills // 2:
+                # random kills so far all fell between turns (seen on PostgreSQL, whose turns are quick once
+                # connected): wait until a turn has checkpointed, so this one lands mid-turn
+                deadline = time.monotonic() + 2.0
+                while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.002)
             proc.send_signal(signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
         starts.update(line.rsplit(" ", 1)[0] if line.startswith("fresh") else line for line in out.splitlines())
