@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from parley import Agent
 from parley.backends import OpenAIBackend
@@ -111,8 +111,10 @@ async def test_a_typed_answer_is_enforced_by_the_server(real_server: RunningServ
 
 
 class Forecast(BaseModel):
-    city: str
-    summary: str
+    # Bounded so the answer always fits max_tokens: greedy SmolLM2 under llama-server built for AVX-512 wrote
+    # a 396-character summary that 80 tokens cut off (the servers enforce maxLength in their grammars)
+    city: str = Field(max_length=40)
+    summary: str = Field(max_length=160)
 
 
 async def test_tools_on_auto_beside_a_typed_answer_never_send_conflicting_constraints(
@@ -129,7 +131,7 @@ async def test_tools_on_auto_beside_a_typed_answer_never_send_conflicting_constr
     model = backend(real_server, sent)
     agent = Agent(model, instructions="Use the tools, then answer in JSON.", tools=[get_weather],
                   output_type=Forecast, max_tool_rounds=2,
-                  sampling=SamplingSettings(max_tokens=80, temperature=0.0))
+                  sampling=SamplingSettings(max_tokens=160, temperature=0.0))
     try:
         result = await agent.run("What is the weather in Paris?")
     finally:
