@@ -160,7 +160,6 @@ def pattern_admits_escaped(pattern: str) -> bool:
         i += 1
         if i < n and pattern[i] == "^":
             return True
-        previous: int | None = None
         while i < n and pattern[i] != "]":
             if pattern[i] == "\\":
                 code, admits, i = _escape_at(pattern, i)
@@ -175,10 +174,6 @@ def pattern_admits_escaped(pattern: str) -> bool:
                     high, admits, i = ord(pattern[i + 1]), False, i + 2
                 if admits or (high is not None and any(code <= e <= high for e in _ESCAPED)):
                     return True
-                previous = None
-                continue
-            previous = code
-        del previous
         i += 1
     return False
 
