@@ -13,7 +13,9 @@ warning and validate every output — applies to tool arguments exactly as to a 
 4. a `required` name missing from `properties` is declared there, with the schema an undeclared key gets
    (`_declare_required`: exact, and writable where `strict` closes the object);
 5. `properties: {"x": false}` ("x must not appear"; neither backend compiles a `false` schema) is
-   removed: exact where extra keys are forbidden, otherwise recorded as relaxed.
+   removed: exact where extra keys are forbidden, otherwise recorded as relaxed;
+6. every subschema's `$ref`, `anyOf`, `oneOf` and `allOf` move ahead of its other keywords, in that order
+   (`_branches_first`): the key order of the output is then the same on every backend (see there).
 """
 
 from __future__ import annotations
@@ -87,11 +89,34 @@ def _declare_required(schema: Any, label: str) -> Any:
     return out
 
 
+# The order xgrammar's converter picks a subschema's handler in (`dispatch.XGRAMMAR`), less `const`/`enum`.
+BRANCHES_FIRST = ("$ref", "anyOf", "oneOf", "allOf")
+
+
+def _branches_first(schema: Any, label: str) -> None:
+    """Reorders the subschemas of `schema` in place (prepare's own copy): `$ref`, `anyOf`, `oneOf`, `allOf` first,
+    in that order, the other keywords after them as written.
+
+    Why: an object's key order comes from where its names are declared, and the backends read that differently.
+    llguidance merges a subschema's keywords in the order they are written: `{"properties": {"a": ...},
+    "anyOf": [{"properties": {"b": ...}}]}` writes `a` before `b`, with `anyOf` written first `b` before `a`.
+    xgrammar picks one handler per subschema (`$ref` > `anyOf` > `oneOf` > `allOf` > the type's rule) and
+    writes its names first whatever the order: `b` then `a` in both (Github_hard o61027 wrote `oneOf` before
+    `properties`, most schemas write it after). In this order llguidance writes what xgrammar does, so an
+    output's key order no longer depends on the backend `auto` picks."""
+    rank = {key: i for i, key in enumerate(BRANCHES_FIRST)}
+    for node in [node for _, node in iter_subschemas(schema, label)]:  # listed before any is reordered
+        ordered = sorted(node.items(), key=lambda item: rank.get(item[0], len(rank)))
+        node.clear()
+        node.update(ordered)
+
+
 def prepare(schema: Any, label: str, strict: bool, aliases: tuple[tuple[str, str], ...] = ()) -> JsonPart:
-    """Check `schema` and rewrite it for grammar backends (steps 2-5 of the module docstring)."""
+    """Check `schema` and rewrite it for grammar backends (steps 2-6 of the module docstring)."""
     check_schema(schema)
     rewritten = _declare_required(rewrite_patterns(hoist_refs(schema)), label)
-    rewritten, relaxed = _drop_false_properties(rewritten, label, strict)
+    rewritten, relaxed = _drop_false_properties(rewritten, label, strict)  # a copy: reordered in place next
+    _branches_first(rewritten, label)
     return JsonPart(label, rewritten, tuple(relaxed), aliases)
 
 

@@ -6,10 +6,12 @@ false acceptance the compile did not warn about is a silently dropped constraint
 
 Generation is deterministic (`derandomize=True`, no example database): the same schema gives the same
 instances on every run and machine. Valid instances are re-checked with `jsonschema` (formats
-included) and kept only if valid; objects are serialised with their keys in the schema's property
-order (as MaskBench does; `required` names missing from `properties` after those, in `required` order, as
-llguidance writes them), recursively through `properties`, matching `patternProperties` and
-`additionalProperties`, so backends that generate properties in schema order are compared fairly.
+included) and kept only if valid; objects are serialised with their keys in the order the backends write
+them: the schema's property order (as MaskBench does), where the names of a subschema's `$ref`, `anyOf`,
+`oneOf`, `allOf` come before its own `properties` (parley's prepared order, `_property_order`), `required`
+names missing from `properties` after those (in `required` order: declared by parley right after the node's
+own properties where it can, else at the end), recursively through `properties`, matching
+`patternProperties` and `additionalProperties`, so backends are compared fairly.
 Invalid instances are single mutations of a valid one (a key dropped or added, a value replaced by one
 of another type or pushed past a bound), kept only if `jsonschema` rejects them; each carries the
 keyword `jsonschema` names as violated.
@@ -23,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from parley.constrained.schema.prepare import BRANCHES_FIRST
 from parley.constrained.schema.refs import MISSING, resolve_ref
 
 
@@ -142,21 +145,34 @@ def _branches(root: Any, node: Any, key: str, value: Any) -> list[Any]:
     return branches
 
 
+def _declares_required(node: dict[str, Any]) -> bool:
+    """Whether parley declares `node`'s `required` names missing from its `properties` there, after them
+    (`parley.constrained.schema.prepare._declare_required`), so they are written with the node's own names."""
+    return (isinstance(node.get("properties"), dict) and isinstance(node.get("required"), list)
+            and node.get("additionalProperties", True) is not False
+            and not {"patternProperties", "unevaluatedProperties"} & node.keys())  # fmt: skip
+
+
 def _property_order(root: Any, node: Any, value: Any = MISSING, depth: int = 0, key: str = "properties") -> list[str]:
-    """Names in `node[key]`: `properties`, or `required` (llguidance writes names missing from `properties`
-    after them, in `required` order)."""
+    """Names in the order the backends write them: parley puts every subschema's `$ref`, `anyOf`, `oneOf`,
+    `allOf` ahead of its other keywords (`BRANCHES_FIRST`, the order xgrammar writes in whatever the schema's
+    order; llguidance writes keywords in the order given), so the names of those come first, then the node's
+    own `node[key]`. `key`: `properties` (then the `required` names parley declares after them), or `required`
+    (names no `properties` declares: both backends write them after all the others)."""
     if not isinstance(node, dict) or depth > 8:
         return []
-    if "$ref" in node:
-        target = resolve_ref(root, node["$ref"])
-        head = [] if target is MISSING else _property_order(root, target, value, depth + 1, key)
-    else:
-        head = []
-    props = node.get(key)
-    names = head + [name for name in props if isinstance(name, str)] if isinstance(props, (dict, list)) else head
-    for combinator in ("allOf", "anyOf", "oneOf"):
-        for branch in _branches(root, node, combinator, value):
-            names += _property_order(root, branch, value, depth + 1, key)
+    names: list[str] = []
+    for keyword in BRANCHES_FIRST:
+        if keyword == "$ref" and "$ref" in node:
+            target = resolve_ref(root, node["$ref"])
+            names += [] if target is MISSING else _property_order(root, target, value, depth + 1, key)
+        elif keyword != "$ref":
+            for branch in _branches(root, node, keyword, value):
+                names += _property_order(root, branch, value, depth + 1, key)
+    own = node.get(key)
+    names += [name for name in own if isinstance(name, str)] if isinstance(own, (dict, list)) else []
+    if key == "properties" and _declares_required(node):
+        names += [name for name in node["required"] if isinstance(name, str)]
     return list(dict.fromkeys(names))
 
 

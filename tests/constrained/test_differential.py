@@ -36,10 +36,15 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | an object under a `patternProperties` key | (the tests) | its keys left out of schema order | ordered by it |
 | `required` names not in `properties` | llguidance | `{"a":2,"b":1}` for `required: ["b","a"]` | `required` order |
 | a byte sequence the grammar forces | llguidance | `[[""]]` (`[[` masked: only `[`, `["` for `[["`) | `no_forcing` |
+| a branch (`oneOf`...) next to `properties` | (the tests) | `{"b":2,"a":1}` (Github_hard o61027) | branches first |
+| `required` names not in `properties` | (the tests) | `{"b":2,"a":1,"r":3}` (branch `b`) | after own names |
+
+Key order: llguidance writes a subschema's keywords in the order written, xgrammar its `$ref`/`anyOf`/`oneOf`/
+`allOf` first whatever the order; parley's preparation puts those first, and the instances follow.
 
 CI runs `COUNT` instances per schema and every `DEV_STRIDE`-th dev file up to `DEV_MAX_BYTES`;
 `PARLEY_DIFFERENTIAL=full` runs more instances on the whole split (hours on 2 cores); `PARLEY_DIFFERENTIAL=10`
-the same on every 10th file.
+the same on every 10th file; `PARLEY_DIFFERENTIAL_DEV=Github_hard` (a glob) limits the dev files to those subfolders.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from parley.constrained.schema.walk import iter_subschemas
 from tests.conftest import SHARED
 from tests.constrained.conftest import feed
 from tests.constrained.feature_schemas import FEATURE_SCHEMAS
-from tests.constrained.instances import Instance, instances, validator
+from tests.constrained.instances import Instance, dumps, in_schema_order, instances, validator
 
 pytestmark = pytest.mark.model
 
@@ -69,6 +74,7 @@ COUNT = 20 if FULL else 5
 DEV = SHARED / "data" / "jsonschemabench" / "dev"
 DEV_STRIDE = int(MODE) if MODE.isdigit() else 1 if FULL else 100
 DEV_MAX_BYTES = 10**9 if FULL else 3_000
+DEV_FOLDERS = os.environ.get("PARLEY_DIFFERENTIAL_DEV", "*")  # a glob of dev subfolders: "Github_hard", "BFCL_*"
 EXACT = ("xgrammar", "llguidance", "auto")
 
 
@@ -166,7 +172,7 @@ def test_feature_schemas_accept_every_valid_instance_and_never_pass_an_invalid_o
 
 
 def dev_files() -> list[Path]:
-    files = sorted(DEV.glob("*/*.json"))[::DEV_STRIDE]
+    files = sorted(DEV.glob(f"{DEV_FOLDERS}/*.json"))[::DEV_STRIDE]
     return [p for p in files if p.stat().st_size <= DEV_MAX_BYTES]
 
 
@@ -423,3 +429,52 @@ def test_llguidance_masks_do_not_force_their_own_tokenization(smol_tokenizer: An
     inner = {"type": "array", "items": {"type": "string"}, "minItems": 1}  # Github_easy o27352
     matcher = compiled(smol_tokenizer, {"type": "array", "items": inner, "minItems": 1}, "llguidance")
     assert feed(matcher, smol_tokenizer, '[[""]]')  # `[[`, `""`, `]]`: `[[` was masked for a forced `[["`
+
+
+INTEGER = {"type": "integer"}
+# Github_hard o61027's `definitions.handle` wrote `oneOf` before `properties`, most schemas write it after.
+BRANCH = {"properties": {"b": INTEGER}, "required": ["b"]}
+OWN = {"properties": {"a": INTEGER}, "required": ["a"]}
+
+
+@pytest.mark.parametrize("backend", ["xgrammar", "llguidance", "auto"])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "oneOf": [BRANCH], **OWN},
+        {"type": "object", **OWN, "oneOf": [BRANCH]},
+        {"type": "object", **OWN, "anyOf": [BRANCH]},
+        {"type": "object", **OWN, "allOf": [BRANCH]},
+        {"type": "object", **OWN, "$ref": "#/definitions/b", "definitions": {"b": BRANCH}},
+    ],
+)
+def test_a_branchs_names_come_before_the_nodes_own_whatever_the_keyword_order(
+    smol_tokenizer: Any, schema: Any, backend: str
+) -> None:
+    """xgrammar writes the names of `$ref`, `anyOf`, `oneOf`, `allOf` before `properties` whatever the order,
+    llguidance in the order written (`{"a":1,"b":2}` for the last four): prepared, every backend writes the
+    first, and the instances follow it."""
+    assert dumps(in_schema_order(schema, schema, {"a": 1, "b": 2})) == '{"b":2,"a":1}'
+    matcher = compiled(smol_tokenizer, schema, backend, strict=False)
+    assert feed(matcher, smol_tokenizer, '{"b":2,"a":1}'), matcher.choice
+    matcher.reset()
+    assert not feed(matcher, smol_tokenizer, '{"a":1,"b":2}')
+
+
+@pytest.mark.parametrize("backend", ["xgrammar", "llguidance", "auto"])
+def test_required_names_missing_from_properties_follow_the_branches_and_the_nodes_own(
+    smol_tokenizer: Any, backend: str
+) -> None:
+    """Declared right after the node's own properties (`prepare._declare_required`), which follow its branches'.
+    Names no `properties` can declare (the node has none) come after every other name, branches' included."""
+    schema = {"type": "object", "properties": {"a": INTEGER}, "required": ["a", "r"], "anyOf": [BRANCH]}
+    bare = {"type": "object", "required": ["s"], "anyOf": [{"properties": {"b": INTEGER}, "required": ["b", "r"]}]}
+    for case, value, text in ((schema, {"r": 3, "a": 1, "b": 2}, '{"b":2,"a":1,"r":3}'),
+                              (bare, {"s": 3, "r": 1, "b": 2}, '{"b":2,"r":1,"s":3}')):  # fmt: skip
+        assert dumps(in_schema_order(case, case, value)) == text
+        matcher = compiled(smol_tokenizer, case, backend, strict=False)
+        assert feed(matcher, smol_tokenizer, text), (text, matcher.choice)
+    matcher = compiled(smol_tokenizer, schema, backend, strict=False)
+    for text in ('{"a":1,"r":3,"b":2}', '{"a":1,"b":2,"r":3}'):  # the order before: a node's own names first
+        matcher.reset()
+        assert not feed(matcher, smol_tokenizer, text), text
