@@ -342,14 +342,15 @@ def compiler() -> str | None:
 def _build() -> Any:
     from torch.utils.cpp_extension import get_default_build_root, load_inline
 
-    from parley.local_engine import q4_kernel, row_ops_kernel
+    from parley.local_engine import fused_decode_kernel, q4_kernel, row_ops_kernel
 
     root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
     if not any(root.glob(f"**/{EXTENSION_NAME}*/*.so")):  # a first build takes about a minute on 2 cores
         print(f"parley: compiling the q4/q8 GEMM kernel into {root} (once per machine)", file=sys.stderr, flush=True)
     # cached by torch under $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), rebuilt when SOURCE changes
-    return load_inline(name=EXTENSION_NAME, cpp_sources=[q4_kernel.SOURCE, row_ops_kernel.SOURCE],
-                       functions=q4_kernel.FUNCTIONS + row_ops_kernel.FUNCTIONS,
+    kernels = (q4_kernel, row_ops_kernel, fused_decode_kernel)
+    return load_inline(name=EXTENSION_NAME, cpp_sources=[k.SOURCE for k in kernels],
+                       functions=[name for k in kernels for name in k.FUNCTIONS],
                        extra_cflags=["-O3", "-ffp-contract=off", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
 
 

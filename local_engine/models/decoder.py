@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from parley.local_engine.errors import ModelLoadError
 from parley.local_engine.models.arch import DecoderArch
 from parley.local_engine.models.attention import AttendFn, AttentionBatch, attention_plan
+from parley.local_engine.models.fused_decode import FusedDecode
 from parley.local_engine.models.gemm import Gemm
 from parley.local_engine.models.layers import Checkpoint, rms_normalize, rms_normalize_heads_, swiglu_
 from parley.local_engine.models.moe import MoeMlp, MoeWeights
@@ -121,6 +122,9 @@ class DecoderModel:
         self.scale = 1.0 / math.sqrt(arch.head_dim)
         self.complex_rope = dtype in (torch.float32, torch.float64)
         self.gemm_threads: int | None = None  # CPU threads for weight GEMMs (None: the caller's setting)
+        # decode steps in one C++ call where the model allows (fused_decode.py); None: not decided yet, False: the
+        # Python loop always (set it so to compare the two)
+        self.fused_decode: FusedDecode | bool | None = None
         # the quantised group modes run their residual adds and norms in C++ too (row_ops_kernel.py: one call
         # where ATen takes six); fp32 and int8 keep ATen's ops and so HF's order of operations
         self.row_ops: Any = self.gemm.ext if isinstance(self.gemm, GroupGemm) and self.gemm.ext is not None else None
@@ -294,6 +298,17 @@ class DecoderModel:
             mkl(1)
         eps, inter, gemm = a.rms_norm_eps, a.intermediate_size, self.gemm
         qkv = torch.empty(T, qs + 2 * kvs, device=self.device, dtype=self.dtype)
+        fused = self._fused_step(batch, T)
+        if fused is not None:  # every layer in one C++ call (fused_decode.py), the same operations
+            residual = self.embed.index_select(0, input_ids)
+            h = self.row_ops.rms_rows(residual, eps)
+            residual = fused.run(self, residual, h, qkv, self.rope.complex_table(positions), batch, kv_cache,
+                                 threads, toggle)
+            if omp is not None:
+                omp(entry_threads)
+            if mkl is not None:
+                mkl(0)
+            return residual
         kv_new = qkv[:, qs:].view(T, 2 * KVH, D).transpose(0, 1)  # [2*KVH, T, D], the cache's layout
         qk = qkv[:, : qs + kvs]
         qk_heads = qk.view(T, H + KVH, D)
@@ -346,6 +361,15 @@ class DecoderModel:
         if mkl is not None:
             mkl(0)  # back to the process-wide count
         return residual
+
+    def _fused_step(self, batch: AttentionBatch, rows: int) -> FusedDecode | None:
+        """The fused decode step where it covers this step (decided per model at the first step)."""
+        fused = self.fused_decode
+        if fused is None:
+            fused = self.fused_decode = FusedDecode.of(self) or False
+        if not isinstance(fused, FusedDecode):
+            return None
+        return fused if fused.covers(batch, rows) else None
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits for the given rows of final hidden states (masks and sampling work in fp32)."""

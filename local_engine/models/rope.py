@@ -176,6 +176,13 @@ class RotaryTables:
             sin[:, : head_dim // 2] *= -1  # [-sin, sin]: rotate_half's sign folded into the table
             self.signed_sin = sin.to(device=device, dtype=dtype)
 
+    def complex_table(self, positions: torch.Tensor) -> torch.Tensor:
+        """`[T, H + KVH, D/2]` complex: the rotation of each q head (scaled) and k head at each position."""
+        T, H, KVH, half = positions.shape[0], self.num_heads, self.num_kv_heads, self.head_dim // 2
+        cq = self.cis_q.index_select(0, positions).unsqueeze(1).expand(T, H, half)
+        ck = self.cis_k.index_select(0, positions).unsqueeze(1).expand(T, KVH, half)
+        return torch.cat((cq, ck), dim=1)
+
     def rotation(self, qk: torch.Tensor, positions: torch.Tensor) -> Callable[[], None]:
         """RoPE in place over `qk` ([T, (H + KVH) * D], a view of the step's qkv buffer); q is also scaled.
 
@@ -185,9 +192,7 @@ class RotaryTables:
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
         n, half = H + KVH, D // 2
         if self.complex_form:
-            cq = self.cis_q.index_select(0, positions).unsqueeze(1).expand(T, H, half)
-            ck = self.cis_k.index_select(0, positions).unsqueeze(1).expand(T, KVH, half)
-            table = torch.cat((cq, ck), dim=1)  # [T, H + KVH, D/2]
+            table = self.complex_table(positions)
             qk_c = torch.view_as_complex(qk.view(T, n, half, 2))
 
             def rotate_complex() -> None:
