@@ -378,30 +378,100 @@ void run_tile(bool simd, const uint8_t* qs, const S* d, const S* m, const Rows& 
   for (; row < M; ++row) tile_scalar<Q4, MIN, HALF, S>(qs, d, m, x, row, out + row * ldo);
 }
 
+// tiles [t0, t1) of the output (each 16 columns of every row): the unit a thread takes
 template <bool Q4, bool MIN, bool HALF, typename S>
 void run_tiles(bool simd, const uint8_t* qs, const S* d, const S* m, const Rows& x, int64_t M, int64_t T,
-               float* out) {
-  const int64_t G = x.G, K = x.K;
+               int64_t t0, int64_t t1, float* out) {
+  const int64_t G = x.G;
   const int64_t tile_bytes = G * (Q4 ? 256 : 512);
   const int64_t tile_scales = G * (HALF ? 2 : 1) * TILE;
   const int64_t ldo = T * TILE;
-  // at least ~64k multiply-adds per task: a parallel region costs more than a few tiles of a GEMV
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * TILE));
-  at::parallel_for(0, T, grain, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t)
-      run_tile<Q4, MIN, HALF, S>(simd, qs + t * tile_bytes, d + t * tile_scales, MIN ? m + t * G * TILE : nullptr,
-                                 x, M, out + t * TILE, ldo);
-  });
+  for (int64_t t = t0; t < t1; ++t)
+    run_tile<Q4, MIN, HALF, S>(simd, qs + t * tile_bytes, d + t * tile_scales, MIN ? m + t * G * TILE : nullptr,
+                               x, M, out + t * TILE, ldo);
+}
+
+// A packed weight as the kernel reads it (`group_gemm`'s arguments, checked).
+struct Packed {
+  const uint8_t* qs;
+  const void* d;
+  const void* m;  // nullptr: no minimum
+  const float* cs;  // column scale or nullptr
+  bool f32;  // scale type: float, else c10::Half
+  int64_t bits;
+  bool half;  // one scale per 16 inputs
+  int64_t T, K, G;
+};
+
+Packed packed_of(const torch::Tensor& qs, const torch::Tensor& d, const torch::Tensor& m,
+                 const torch::Tensor& col_scale, int64_t bits, int64_t K) {
+  TORCH_CHECK(bits == 4 || bits == 8, "bits must be 4 or 8");
+  const int64_t G = K / GROUP, T = qs.size(0);
+  TORCH_CHECK(K % GROUP == 0 && qs.dim() == 3 && qs.size(1) == G && qs.size(2) == (bits == 4 ? 256 : 512) &&
+                  qs.scalar_type() == at::kByte,
+              "packed weight does not match the input's width");
+  const bool f32 = d.scalar_type() == at::kFloat;
+  TORCH_CHECK((f32 || d.scalar_type() == at::kHalf) && d.is_contiguous() && qs.is_contiguous(), "bad scales");
+  TORCH_CHECK(d.dim() == 3 && d.size(0) == T && (d.size(1) == G || d.size(1) == 2 * G) && d.size(2) == TILE,
+              "scales must be [T, G or 2G, 16]");
+  const bool half = d.size(1) == 2 * G;
+  const bool has_min = m.numel() > 0;
+  TORCH_CHECK(bits == 8 || (has_min && !half), "4-bit weights take a minimum and one scale per group");
+  TORCH_CHECK(!has_min || (m.scalar_type() == d.scalar_type() && m.is_contiguous() && m.numel() == T * G * TILE),
+              "minimums must be [T, G, 16] of the scales' type");
+  TORCH_CHECK(col_scale.numel() == 0 || (col_scale.numel() == K && col_scale.scalar_type() == at::kFloat &&
+                                         col_scale.is_contiguous()),
+              "col_scale must have K entries");
+  return Packed{qs.data_ptr<uint8_t>(), d.data_ptr(), has_min ? m.data_ptr() : nullptr,
+                col_scale.numel() ? col_scale.data_ptr<float>() : nullptr, f32, bits, half, T, K, G};
 }
 
 template <typename S>
-void dispatch(int64_t bits, bool has_min, bool half, bool simd, const uint8_t* qs, const S* d, const S* m,
-              const Rows& x, int64_t M, int64_t T, float* out) {
-  if (bits == 4) run_tiles<true, true, false, S>(simd, qs, d, m, x, M, T, out);
-  else if (half && has_min) run_tiles<false, true, true, S>(simd, qs, d, m, x, M, T, out);
-  else if (half) run_tiles<false, false, true, S>(simd, qs, d, m, x, M, T, out);
-  else if (has_min) run_tiles<false, true, false, S>(simd, qs, d, m, x, M, T, out);
-  else run_tiles<false, false, false, S>(simd, qs, d, m, x, M, T, out);
+void tiles_of(const Packed& w, bool simd, const Rows& x, int64_t M, int64_t t0, int64_t t1, float* out) {
+  const S* d = (const S*)w.d;
+  const S* m = (const S*)w.m;
+  const bool has_min = m != nullptr;
+  if (w.bits == 4) run_tiles<true, true, false, S>(simd, w.qs, d, m, x, M, w.T, t0, t1, out);
+  else if (w.half && has_min) run_tiles<false, true, true, S>(simd, w.qs, d, m, x, M, w.T, t0, t1, out);
+  else if (w.half) run_tiles<false, false, true, S>(simd, w.qs, d, m, x, M, w.T, t0, t1, out);
+  else if (has_min) run_tiles<false, true, false, S>(simd, w.qs, d, m, x, M, w.T, t0, t1, out);
+  else run_tiles<false, false, false, S>(simd, w.qs, d, m, x, M, w.T, t0, t1, out);
+}
+
+// out [M, 16 T] = tiles [t0, t1) of x (quantised rows) times w
+void gemm_tiles(const Packed& w, bool simd, const Rows& x, int64_t M, int64_t t0, int64_t t1, float* out) {
+  if (w.f32) tiles_of<float>(w, simd, x, M, t0, t1, out);
+  else tiles_of<c10::Half>(w, simd, x, M, t0, t1, out);
+}
+
+// Activation rows quantised per group, in scratch that lives as long as the thread (no allocation per call; a
+// decode step makes ~120 GEMMs). Rows [r0, r1) of x [M, K] (times the column scale cs, when given).
+struct RowScratch {
+  std::vector<int8_t> q;
+  std::vector<float> dx, sx;
+  std::vector<int32_t> si, sh;
+  Rows reserve(int64_t M, int64_t K) {
+    const int64_t G = K / GROUP;
+    if ((int64_t)q.size() < M * K) q.resize(M * K);
+    if ((int64_t)dx.size() < M * G) { dx.resize(M * G); sx.resize(M * G); si.resize(M * G); sh.resize(2 * M * G); }
+    return Rows{q.data(), dx.data(), sx.data(), si.data(), sh.data(), K, G};
+  }
+};
+
+void quantize_rows(bool simd, const float* x, const float* cs, const Rows& rows, int64_t r0, int64_t r1) {
+  const int64_t K = rows.K, G = rows.G;
+  int8_t* q = const_cast<int8_t*>(rows.q);
+  float* dx = const_cast<float*>(rows.dx);
+  float* sx = const_cast<float*>(rows.sx);
+  int32_t* si = const_cast<int32_t*>(rows.si);
+  int32_t* sh = const_cast<int32_t*>(rows.sh);
+  for (int64_t r = r0; r < r1; ++r) {
+    if (simd && simd_level() == 2)
+      quantize_avx512(x + r * K, cs, K, q + r * K, dx + r * G, sx + r * G, si + r * G, sh + 2 * r * G);
+    else if (simd && simd_level() == 1)
+      quantize_avx2(x + r * K, cs, K, q + r * K, dx + r * G, sx + r * G, si + r * G, sh + 2 * r * G);
+    else quantize_scalar(x + r * K, cs, K, q + r * K, dx + r * G, sx + r * G, si + r * G, sh + 2 * r * G);
+  }
 }
 
 }  // namespace
@@ -433,55 +503,19 @@ std::string simd_name() {
 torch::Tensor group_gemm(torch::Tensor x, torch::Tensor qs, torch::Tensor d, torch::Tensor m,
                          torch::Tensor col_scale, int64_t bits, bool use_simd) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a 2-D float32 tensor");
-  TORCH_CHECK(bits == 4 || bits == 8, "bits must be 4 or 8");
   x = x.contiguous();
-  const int64_t M = x.size(0), K = x.size(1), G = K / GROUP, T = qs.size(0);
-  TORCH_CHECK(K % GROUP == 0 && qs.size(1) == G && qs.size(2) == (bits == 4 ? 256 : 512),
-              "packed weight does not match the input's width");
-  const bool f32 = d.scalar_type() == at::kFloat;
-  TORCH_CHECK((f32 || d.scalar_type() == at::kHalf) && d.is_contiguous() && qs.is_contiguous(), "bad scales");
-  TORCH_CHECK(d.dim() == 3 && d.size(0) == T && (d.size(1) == G || d.size(1) == 2 * G) && d.size(2) == TILE,
-              "scales must be [T, G or 2G, 16]");
-  const bool half = d.size(1) == 2 * G;
-  const bool has_min = m.numel() > 0;
-  TORCH_CHECK(bits == 8 || (has_min && !half), "4-bit weights take a minimum and one scale per group");
-  TORCH_CHECK(!has_min || (m.scalar_type() == d.scalar_type() && m.is_contiguous() && m.numel() == T * G * TILE),
-              "minimums must be [T, G, 16] of the scales' type");
+  const int64_t M = x.size(0), K = x.size(1);
+  const Packed w = packed_of(qs, d, m, col_scale, bits, K);
   const bool simd = use_simd && simd_ok();
-  const float* cs = col_scale.numel() ? col_scale.data_ptr<float>() : nullptr;
-  TORCH_CHECK(!cs || col_scale.numel() == K, "col_scale must have K entries");
-  // the quantised activations live in per-thread scratch (no allocation per call; a decode step makes ~120)
-  thread_local std::vector<int8_t> q;
-  thread_local std::vector<float> dx, sx;
-  thread_local std::vector<int32_t> si, sh;
-  if ((int64_t)q.size() < M * K) q.resize(M * K);
-  if ((int64_t)dx.size() < M * G) { dx.resize(M * G); sx.resize(M * G); si.resize(M * G); sh.resize(2 * M * G); }
+  thread_local RowScratch scratch;
+  const Rows rows = scratch.reserve(M, K);
   const float* xp = x.data_ptr<float>();
-  int8_t* qp = q.data();
-  float* dxp = dx.data();
-  float* sxp = sx.data();
-  int32_t* sip = si.data();
-  int32_t* shp = sh.data();
-  at::parallel_for(0, M, 64, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      if (simd && simd_level() == 2)
-        quantize_avx512(xp + r * K, cs, K, qp + r * K, dxp + r * G, sxp + r * G, sip + r * G, shp + 2 * r * G);
-      else if (simd && simd_level() == 1)
-        quantize_avx2(xp + r * K, cs, K, qp + r * K, dxp + r * G, sxp + r * G, sip + r * G, shp + 2 * r * G);
-      else quantize_scalar(xp + r * K, cs, K, qp + r * K, dxp + r * G, sxp + r * G, sip + r * G, shp + 2 * r * G);
-    }
-  });
-  Rows rows{qp, dxp, sxp, sip, shp, K, G};
-  auto out = torch::empty({M, T * TILE}, x.options());
+  at::parallel_for(0, M, 64, [&](int64_t b, int64_t e) { quantize_rows(simd, xp, w.cs, rows, b, e); });
+  auto out = torch::empty({M, w.T * TILE}, x.options());
   float* op = out.data_ptr<float>();
-  const uint8_t* qsp = qs.data_ptr<uint8_t>();
-  if (f32) {
-    dispatch<float>(bits, has_min, half, simd, qsp, d.data_ptr<float>(), has_min ? m.data_ptr<float>() : nullptr,
-                    rows, M, T, op);
-  } else {
-    dispatch<c10::Half>(bits, has_min, half, simd, qsp, d.data_ptr<c10::Half>(),
-                        has_min ? m.data_ptr<c10::Half>() : nullptr, rows, M, T, op);
-  }
+  // at least ~64k multiply-adds per task: a parallel region costs more than a few tiles of a GEMV
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * K * TILE));
+  at::parallel_for(0, w.T, grain, [&](int64_t b, int64_t e) { gemm_tiles(w, simd, rows, M, b, e, op); });
   return out;
 }
 """

@@ -303,7 +303,7 @@ class DecoderModel:
             residual = self.embed.index_select(0, input_ids)
             h = self.row_ops.rms_rows(residual, eps)
             residual = fused.run(self, residual, h, qkv, self.rope.complex_table(positions), batch, kv_cache,
-                                 threads, toggle)
+                                 threads)
             if omp is not None:
                 omp(entry_threads)
             if mkl is not None:

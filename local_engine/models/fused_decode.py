@@ -93,13 +93,13 @@ class FusedDecode:
 
     def run(
         self, model: DecoderModel, residual: torch.Tensor, h: torch.Tensor, qkv: torch.Tensor, rope: torch.Tensor,
-        batch: AttentionBatch, kv_cache: torch.Tensor, threads: int, toggle: bool,
+        batch: AttentionBatch, kv_cache: torch.Tensor, threads: int,
     ) -> torch.Tensor:
         a = model.arch
         groups, group_meta = self.groups_of(batch)
         out: torch.Tensor = self.ext.decode_layers(
             residual, h, qkv, rope, batch.slot_mapping, kv_cache, self.weights, self.meta, self.biases, self.sinks,
             self.layer_layout, groups, group_meta, a.num_heads, a.num_kv_heads, a.head_dim, a.intermediate_size,
-            a.rms_norm_eps, threads, toggle, self.use_simd,
+            a.rms_norm_eps, threads, self.use_simd,
         )
         return out
