@@ -52,8 +52,11 @@ struct SpinBarrier {
       return;
     }
     for (int64_t spins = 0; generation.load(std::memory_order_acquire) == gen; ++spins) {
+      // Only a wait far longer than any phase (the other thread was descheduled) yields: CFS hands a yielding
+      // thread's core to any runnable task, a niced one included, for a whole time slice (milliseconds), so a
+      // yield per short wait made a 2-thread step 5x slower beside one busy nice-19 process.
       if (spins < (1 << 16)) _mm_pause();
-      else sched_yield();  // the other thread is not running: give it the core
+      else sched_yield();
     }
   }
 };
@@ -83,15 +86,18 @@ torch::Tensor finished(const Matrix& mx) {
 // Per layer l: weights[16 l ...] = (qkv, o, gate_up, down) x (qs, d, m, col_scale); meta[8 l ...] = their bits
 // and out_features; biases[4 l ...] (empty: none); sinks[l] (empty: none); layer_layout[l] the layout it reads.
 // Decode groups: groups[3 g ...] = (rows (empty: the range), gather [B, L], mask [B, L] or empty),
-// group_meta[3 g ...] = (layout, start, end). `threads`: the GEMMs' thread count (one parallel region for the
-// step; everything between GEMMs runs on the calling thread while the others wait at a spinning barrier).
-torch::Tensor decode_layers(torch::Tensor residual, torch::Tensor h, torch::Tensor qkv, torch::Tensor rope,
+// group_meta[3 g ...] = (layout, start, end). With `head` (the LM head's 4 tensors, 8- or 4-bit) and the final
+// norm's weight, returns [hidden state, logits of every row [T, vocab]], else [hidden state]. `threads`: the
+// GEMMs' thread count (one parallel region for the step; everything between GEMMs runs on the calling thread
+// while the others wait at a spinning barrier).
+std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h, torch::Tensor qkv, torch::Tensor rope,
                             torch::Tensor slots, torch::Tensor kv_cache, std::vector<torch::Tensor> weights,
                             std::vector<int64_t> meta, std::vector<torch::Tensor> biases,
                             std::vector<torch::Tensor> sinks, std::vector<int64_t> layer_layout,
                             std::vector<torch::Tensor> groups, std::vector<int64_t> group_meta, int64_t heads,
                             int64_t kv_heads, int64_t head_dim, int64_t inter, double eps, int64_t threads,
-                            bool use_simd) {
+                            bool use_simd, std::vector<torch::Tensor> head, int64_t head_bits, int64_t vocab,
+                            torch::Tensor norm_weight) {
   const int64_t layers = kv_cache.size(0);
   const int64_t T = residual.size(0), hidden = residual.size(1);
   const int64_t qs = heads * head_dim, kvs = kv_heads * head_dim;
@@ -118,6 +124,14 @@ torch::Tensor decode_layers(torch::Tensor residual, torch::Tensor h, torch::Tens
       TORCH_CHECK(w.T * TILE >= meta[8 * l + 4 + j], "decode_layers: out_features exceed the packed tiles");
       mats.push_back(Matrix{w, meta[8 * l + 4 + j], biases[4 * l + j], out, out.data_ptr<float>()});
     }
+  const bool with_head = !head.empty();
+  if (with_head) {
+    TORCH_CHECK(head.size() == PARTS && norm_weight.numel() == hidden, "decode_layers: head and final norm");
+    Packed w = packed_of(head[0], head[1], head[2], head[3], head_bits, hidden);
+    TORCH_CHECK(w.T * TILE >= vocab, "decode_layers: the head's vocabulary exceeds its packed tiles");
+    auto out = torch::empty({T, w.T * TILE}, residual.options());
+    mats.push_back(Matrix{w, vocab, torch::Tensor(), out, out.data_ptr<float>()});
+  }
   TORCH_CHECK(mats[2].out_features == 2 * inter && mats[0].out_features == qs + 2 * kvs &&
                   mats[1].out_features == hidden && mats[3].out_features == hidden,
               "decode_layers: matrix shapes disagree with the model's");
@@ -137,27 +151,38 @@ torch::Tensor decode_layers(torch::Tensor residual, torch::Tensor h, torch::Tens
   auto q = qkv.slice(1, 0, qs);
   auto qk_c = torch::view_as_complex(qkv.slice(1, 0, qs + kvs).view({T, heads + kv_heads, head_dim / 2, 2}));
   auto kv_new = qkv.slice(1, qs).view({T, 2 * kv_heads, head_dim}).transpose(0, 1);
-  auto attend = [&](int64_t layout, const torch::Tensor& kvc, const torch::Tensor& sink) -> torch::Tensor {
-    std::vector<int64_t> mine;
-    for (int64_t g = 0; g < n_groups; ++g)
-      if (group_meta[3 * g] == layout) mine.push_back(g);
-    if (mine.size() == 1) {
-      const int64_t g = mine[0];
-      const int64_t start = group_meta[3 * g + 1], end = group_meta[3 * g + 2];
-      if (groups[3 * g].numel() == 0 && start == 0 && end == decode_rows[layout])
-        return decode_attention(q.slice(0, start, end), kvc, groups[3 * g + 1], groups[3 * g + 2], sink, kv_heads);
-    }
-    auto out = torch::empty({decode_rows[layout], qs}, q.options());
-    for (int64_t g : mine) {
+  // A layer's attention: per decode group of its layout, that group's rows of q (a view, or gathered) and a
+  // zeroed output; its tasks (row, KV head) are shared out across the team; the groups' outputs then go to
+  // their rows (`attention_plan`'s `grouped`, the same copies).
+  struct Job {
+    torch::Tensor qr, out, rows;
+    int64_t start, end;
+    Attention a;
+  };
+  std::vector<Job> jobs;
+  auto prepare_attention = [&](int64_t layout, const torch::Tensor& kvc, const torch::Tensor& sink) {
+    jobs.clear();
+    for (int64_t g = 0; g < n_groups; ++g) {
+      if (group_meta[3 * g] != layout) continue;
       const int64_t start = group_meta[3 * g + 1], end = group_meta[3 * g + 2];
       const auto& rows = groups[3 * g];
       auto qr = rows.numel() == 0 ? q.slice(0, start, end) : q.index_select(0, rows);
-      auto og = decode_attention(qr, kvc, groups[3 * g + 1], groups[3 * g + 2], sink, kv_heads);
-      if (rows.numel() == 0) out.slice(0, start, end).copy_(og);
-      else out.index_copy_(0, rows, og);
+      auto out = torch::zeros({qr.size(0), qs}, q.options().memory_format(at::MemoryFormat::Contiguous));
+      Attention a = attention_of(qr, kvc, groups[3 * g + 1], groups[3 * g + 2], sink, kv_heads, out);
+      jobs.push_back(Job{qr, out, rows, start, end, a});
+    }
+  };
+  auto attention_output = [&](int64_t layout) -> torch::Tensor {
+    if (jobs.size() == 1 && jobs[0].rows.numel() == 0 && jobs[0].start == 0 && jobs[0].end == decode_rows[layout])
+      return jobs[0].out;
+    auto out = torch::empty({decode_rows[layout], qs}, q.options());
+    for (const Job& job : jobs) {
+      if (job.rows.numel() == 0) out.slice(0, job.start, job.end).copy_(job.out);
+      else out.index_copy_(0, job.rows, job.out);
     }
     return out;
   };
+  const bool attention_avx2 = attention_simd();
   RowScratch scratch;  // the step's quantised activations, shared by the team
   SpinBarrier barrier;
   std::atomic<bool> failed{false};
@@ -196,7 +221,8 @@ torch::Tensor decode_layers(torch::Tensor residual, torch::Tensor h, torch::Tens
       }
       barrier.wait(team);
     };
-    torch::Tensor attn, act, mlp;
+    torch::Tensor attn, act, normed;
+    std::vector<float> probs;  // this thread's attention scratch
     for (int64_t l = 0; l < layers && !failed.load(); ++l) {
       const Matrix* mx = mats.data() + 4 * l;
       gemm(mx[0], h);
@@ -205,8 +231,24 @@ torch::Tensor decode_layers(torch::Tensor residual, torch::Tensor h, torch::Tens
         qkv.copy_(finished(mx[0]));
         qk_c.mul_(rope);
         kvc.index_copy_(1, slots, kv_new);
-        attn = attend(layer_layout[l], kvc, sinks[l]).contiguous();
+        prepare_attention(layer_layout[l], kvc, sinks[l]);
       });
+      if (!failed.load()) {  // the tasks of every group, numbered in a row, split evenly across the team
+        int64_t total = 0;
+        for (const Job& job : jobs) total += job.a.B * job.a.KVH;
+        const int64_t chunk = (total + team - 1) / team;
+        const int64_t t0 = std::min<int64_t>(total, tid * chunk), t1 = std::min<int64_t>(total, t0 + chunk);
+        int64_t base = 0;
+        for (const Job& job : jobs) {
+          const int64_t n = job.a.B * job.a.KVH;
+          const int64_t lo = std::max<int64_t>(t0, base), hi = std::min<int64_t>(t1, base + n);
+          if ((int64_t)probs.size() < job.a.G * job.a.L) probs.resize(job.a.G * job.a.L);
+          for (int64_t task = lo; task < hi; ++task) attention_task(job.a, task - base, probs.data(), attention_avx2);
+          base += n;
+        }
+      }
+      barrier.wait(team);
+      serial([&] { attn = attention_output(layer_layout[l]); });
       gemm(mx[1], attn);
       serial([&] { h = add_rms_rows_(residual, finished(mx[1]), eps); });
       gemm(mx[2], h);
@@ -217,9 +259,14 @@ torch::Tensor decode_layers(torch::Tensor residual, torch::Tensor h, torch::Tens
         else h = add_rms_rows_(residual, finished(mx[3]), eps);
       });
     }
+    if (with_head && !failed.load()) {  // the logits of every row, as `compute_logits` makes them
+      serial([&] { normed = torch::rms_norm(residual, {hidden}, norm_weight, eps); });
+      gemm(mats.back(), normed);
+    }
   }
   if (error) std::rethrow_exception(error);
-  return residual;
+  if (with_head) return {residual, finished(mats.back())};
+  return {residual};
 }
 """
 

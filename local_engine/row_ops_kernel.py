@@ -77,13 +77,46 @@ torch::Tensor swiglu_rows(torch::Tensor gate_up, int64_t inter) {
   return out;
 }
 
-// One decode row's attention per (row, KV head), read straight from the paged pool through the row's gather
-// list: q [B, H*D] (row stride free), kvc [2*KVH, S, D] (key heads, then value heads), gather [B, L] int64 slots,
-// mask [B, L] additive (padding: -inf) or empty, sinks [KVH, G] logits or empty. Returns [B, H*D].
-// Per query head: scores in slot order, max, e^(s - max) summed in slot order (+ e^(sink - max)), then the
-// values weighted in slot order: a row's result depends on that row only.
-torch::Tensor decode_attention(torch::Tensor q, torch::Tensor kvc, torch::Tensor gather, torch::Tensor mask,
-                               torch::Tensor sinks, int64_t kv_heads) {
+namespace {
+
+// The same 8 lanes as dot_lanes, one 256-bit register (a multiply, then an add: the scalar loop's roundings),
+// summed in the same tree: bitwise dot_lanes.
+__attribute__((target("avx2")))
+inline float dot_lanes_avx2(const float* a, const float* b, int64_t D) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + LANES <= D; k += LANES)
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k)));
+  float l[LANES];
+  _mm256_storeu_ps(l, acc);
+  for (int i = 0; k < D; ++k, ++i) l[i] += a[k] * b[k];
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+__attribute__((target("avx2")))
+inline void add_scaled_avx2(float* o, float w, const float* v, int64_t D) {  // o += w * v, value by value
+  const __m256 wv = _mm256_set1_ps(w);
+  int64_t d = 0;
+  for (; d + 8 <= D; d += 8)
+    _mm256_storeu_ps(o + d, _mm256_add_ps(_mm256_loadu_ps(o + d), _mm256_mul_ps(wv, _mm256_loadu_ps(v + d))));
+  for (; d < D; ++d) o[d] += w * v[d];
+}
+
+// One decode attention call's arguments; its work is B * KVH tasks (row b, KV head h), each independent.
+struct Attention {
+  const float* q;  // [B, H*D], row stride qstride
+  int64_t qstride;
+  const float* kv;  // [2*KVH, S, D]
+  const int64_t* gather;  // [B, L]
+  const float* mask;  // [B, L] or nullptr
+  const float* sinks;  // [KVH, G] or nullptr
+  float* out;  // [B, H*D], zeroed
+  int64_t B, KVH, S, D, L, H, G;
+};
+
+Attention attention_of(const torch::Tensor& q, const torch::Tensor& kvc, const torch::Tensor& gather,
+                       const torch::Tensor& mask, const torch::Tensor& sinks, int64_t kv_heads,
+                       const torch::Tensor& out) {
   TORCH_CHECK(q.dim() == 2 && q.scalar_type() == at::kFloat && q.stride(1) == 1, "q must be [B, H*D] float32");
   TORCH_CHECK(kvc.dim() == 3 && kvc.scalar_type() == at::kFloat && kvc.is_contiguous(), "kvc must be [2KVH, S, D]");
   TORCH_CHECK(gather.dim() == 2 && gather.scalar_type() == at::kLong && gather.is_contiguous(), "gather: [B, L] int64");
@@ -95,49 +128,71 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor kvc, torch::Tensor
               "mask must be [B, L] float32");
   TORCH_CHECK(!has_sinks || (sinks.scalar_type() == at::kFloat && sinks.is_contiguous() && sinks.numel() == H),
               "sinks must be [KVH, G] float32");
-  auto out = torch::zeros({B, H * D}, q.options().memory_format(at::MemoryFormat::Contiguous));
-  const float* qp = q.data_ptr<float>();
-  const float* kv = kvc.data_ptr<float>();
-  const int64_t* idx_all = gather.data_ptr<int64_t>();
-  const float* mp = has_mask ? mask.data_ptr<float>() : nullptr;
-  const float* sp = has_sinks ? sinks.data_ptr<float>() : nullptr;
-  float* op = out.data_ptr<float>();
-  const int64_t qstride = q.stride(0);
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, L * D * G));
-  at::parallel_for(0, B * KVH, grain, [&](int64_t begin, int64_t end) {
-    std::vector<float> p(G * L);
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / KVH, h = task % KVH;
-      const int64_t* idx = idx_all + b * L;
-      const float* qrow = qp + b * qstride + h * G * D;
-      for (int64_t l = 0; l < L; ++l) {
-        const float* key = kv + (h * S + idx[l]) * D;
-        const float add = mp ? mp[b * L + l] : 0.0f;
-        for (int64_t g = 0; g < G; ++g) p[g * L + l] = dot_lanes(qrow + g * D, key, D) + add;
-      }
-      for (int64_t g = 0; g < G; ++g) {
-        float* pg = p.data() + g * L;
-        float mx = sp ? sp[h * G + g] : -INFINITY;
-        for (int64_t l = 0; l < L; ++l) mx = std::fmax(mx, pg[l]);
-        float sum = 0.0f;
-        for (int64_t l = 0; l < L; ++l) {
-          pg[l] = std::exp(pg[l] - mx);
-          sum += pg[l];
-        }
-        if (sp) sum += std::exp(sp[h * G + g] - mx);
-        const float inv = 1.0f / sum;
-        for (int64_t l = 0; l < L; ++l) pg[l] *= inv;
-      }
-      float* orow = op + b * H * D + h * G * D;
-      for (int64_t l = 0; l < L; ++l) {
-        const float* val = kv + ((KVH + h) * S + idx[l]) * D;
-        for (int64_t g = 0; g < G; ++g) {
-          const float w = p[g * L + l];
-          float* o = orow + g * D;
-          for (int64_t d = 0; d < D; ++d) o[d] += w * val[d];
-        }
-      }
+  TORCH_CHECK(out.is_contiguous() && out.size(0) == B && out.size(1) == H * D, "out must be [B, H*D]");
+  return Attention{q.data_ptr<float>(), q.stride(0), kvc.data_ptr<float>(), gather.data_ptr<int64_t>(),
+                   has_mask ? mask.data_ptr<float>() : nullptr, has_sinks ? sinks.data_ptr<float>() : nullptr,
+                   out.data_ptr<float>(), B, KVH, S, D, L, H, G};
+}
+
+// Task (row b, KV head h): per query head, scores in slot order, max, e^(s - max) summed in slot order
+// (+ e^(sink - max)), then the values weighted in slot order. `p` holds G * L floats.
+void attention_task(const Attention& a, int64_t task, float* p, bool simd) {
+  const int64_t b = task / a.KVH, h = task % a.KVH, L = a.L, D = a.D, G = a.G;
+  const int64_t* idx = a.gather + b * L;
+  const float* qrow = a.q + b * a.qstride + h * G * D;
+  for (int64_t l = 0; l < L; ++l) {
+    const float* key = a.kv + (h * a.S + idx[l]) * D;
+    const float add = a.mask ? a.mask[b * L + l] : 0.0f;
+    for (int64_t g = 0; g < G; ++g)
+      p[g * L + l] = (simd ? dot_lanes_avx2(qrow + g * D, key, D) : dot_lanes(qrow + g * D, key, D)) + add;
+  }
+  for (int64_t g = 0; g < G; ++g) {
+    float* pg = p + g * L;
+    float mx = a.sinks ? a.sinks[h * G + g] : -INFINITY;
+    for (int64_t l = 0; l < L; ++l) mx = std::fmax(mx, pg[l]);
+    float sum = 0.0f;
+    for (int64_t l = 0; l < L; ++l) {
+      pg[l] = std::exp(pg[l] - mx);
+      sum += pg[l];
     }
+    if (a.sinks) sum += std::exp(a.sinks[h * G + g] - mx);
+    const float inv = 1.0f / sum;
+    for (int64_t l = 0; l < L; ++l) pg[l] *= inv;
+  }
+  float* orow = a.out + b * a.H * D + h * G * D;
+  for (int64_t l = 0; l < L; ++l) {
+    const float* val = a.kv + ((a.KVH + h) * a.S + idx[l]) * D;
+    for (int64_t g = 0; g < G; ++g) {
+      if (simd) {
+        add_scaled_avx2(orow + g * D, p[g * L + l], val, D);
+        continue;
+      }
+      const float w = p[g * L + l];
+      float* o = orow + g * D;
+      for (int64_t d = 0; d < D; ++d) o[d] += w * val[d];
+    }
+  }
+}
+
+inline bool attention_simd() { return simd_level() >= 1; }
+
+}  // namespace
+
+// One decode row's attention per (row, KV head), read straight from the paged pool through the row's gather
+// list: q [B, H*D] (row stride free), kvc [2*KVH, S, D] (key heads, then value heads), gather [B, L] int64 slots,
+// mask [B, L] additive (padding: -inf) or empty, sinks [KVH, G] logits or empty. Returns [B, H*D].
+// A row's result depends on that row only (`attention_task`); `use_simd`: AVX2 where the CPU has it, bitwise
+// the scalar loops.
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor kvc, torch::Tensor gather, torch::Tensor mask,
+                               torch::Tensor sinks, int64_t kv_heads, bool use_simd) {
+  TORCH_CHECK(q.dim() == 2 && kvc.dim() == 3, "q must be [B, H*D] and kvc [2KVH, S, D]");
+  auto out = torch::zeros({q.size(0), q.size(1)}, q.options().memory_format(at::MemoryFormat::Contiguous));
+  const Attention a = attention_of(q, kvc, gather, mask, sinks, kv_heads, out);
+  const bool simd = use_simd && attention_simd();
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, a.L * a.D * a.G));
+  at::parallel_for(0, a.B * a.KVH, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> p(a.G * a.L);
+    for (int64_t task = begin; task < end; ++task) attention_task(a, task, p.data(), simd);
   });
   return out;
 }

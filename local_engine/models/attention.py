@@ -114,7 +114,7 @@ def _decode_group_plan(q: torch.Tensor, group: DecodeGroup, *, H: int, KVH: int,
         def decode_attention_kernel(kvc: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
             qr = q_rows if q_rows is not None else q.index_select(0, index)  # type: ignore[arg-type]
             s = torch.empty(0) if sinks is None else sinks.contiguous()
-            out: torch.Tensor = kernel.decode_attention(qr, kvc, gather, mask2d, s, KVH)
+            out: torch.Tensor = kernel.decode_attention(qr, kvc, gather, mask2d, s, KVH, True)
             return out
 
         return decode_attention_kernel

@@ -125,6 +125,7 @@ class DecoderModel:
         # decode steps in one C++ call where the model allows (fused_decode.py); None: not decided yet, False: the
         # Python loop always (set it so to compare the two)
         self.fused_decode: FusedDecode | bool | None = None
+        self._step_logits: tuple[torch.Tensor, torch.Tensor] | None = None  # (the fused step's hidden, logits)
         # the quantised group modes run their residual adds and norms in C++ too (row_ops_kernel.py: one call
         # where ATen takes six); fp32 and int8 keep ATen's ops and so HF's order of operations
         self.row_ops: Any = self.gemm.ext if isinstance(self.gemm, GroupGemm) and self.gemm.ext is not None else None
@@ -298,12 +299,14 @@ class DecoderModel:
             mkl(1)
         eps, inter, gemm = a.rms_norm_eps, a.intermediate_size, self.gemm
         qkv = torch.empty(T, qs + 2 * kvs, device=self.device, dtype=self.dtype)
+        self._step_logits = None
         fused = self._fused_step(batch, T)
         if fused is not None:  # every layer in one C++ call (fused_decode.py), the same operations
             residual = self.embed.index_select(0, input_ids)
             h = self.row_ops.rms_rows(residual, eps)
-            residual = fused.run(self, residual, h, qkv, self.rope.complex_table(positions), batch, kv_cache,
-                                 threads)
+            residual, logits = fused.run(self, residual, h, qkv, self.rope.complex_table(positions), batch,
+                                         kv_cache, threads)
+            self._step_logits = None if logits is None else (residual, logits)
             if omp is not None:
                 omp(entry_threads)
             if mkl is not None:
@@ -373,6 +376,8 @@ class DecoderModel:
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits for the given rows of final hidden states (masks and sampling work in fp32)."""
+        if self._step_logits is not None and hidden is self._step_logits[0]:
+            return self._step_logits[1]  # every row's, made by the fused step with the same operations
         h = F.rms_norm(hidden, (hidden.shape[-1],), self.norm, self.arch.rms_norm_eps)
         threads = self.gemm_threads
         omp = omp_set_num_threads() if self.device.type == "cpu" else None

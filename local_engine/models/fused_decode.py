@@ -48,6 +48,15 @@ class FusedDecode:
             self.sinks.append(_NONE if layer.sinks is None else layer.sinks.contiguous())
             self.layer_layout.append(windows.index(layer.window))
         self.windows = windows
+        # the LM head in the same parallel region, where it runs in the group kernel (an fp32 head stays apart)
+        head = model.lm_head
+        self.head: list[torch.Tensor] = []
+        self.head_bits = self.vocab = 0
+        if isinstance(head, GroupWeight) and head.dense is None and head.qs is not None:
+            assert head.d is not None and head.m is not None
+            self.head = [head.qs, head.d, head.m, head.col_scale]
+            self.head_bits, self.vocab = head.bits, head.out_features
+        self.norm = model.norm
 
     @classmethod
     def of(cls, model: DecoderModel) -> FusedDecode | None:
@@ -94,12 +103,13 @@ class FusedDecode:
     def run(
         self, model: DecoderModel, residual: torch.Tensor, h: torch.Tensor, qkv: torch.Tensor, rope: torch.Tensor,
         batch: AttentionBatch, kv_cache: torch.Tensor, threads: int,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(hidden states, the logits of every row or None when the head runs apart)."""
         a = model.arch
         groups, group_meta = self.groups_of(batch)
-        out: torch.Tensor = self.ext.decode_layers(
+        out: list[torch.Tensor] = self.ext.decode_layers(
             residual, h, qkv, rope, batch.slot_mapping, kv_cache, self.weights, self.meta, self.biases, self.sinks,
             self.layer_layout, groups, group_meta, a.num_heads, a.num_kv_heads, a.head_dim, a.intermediate_size,
-            a.rms_norm_eps, threads, self.use_simd,
+            a.rms_norm_eps, threads, self.use_simd, self.head, self.head_bits, self.vocab, self.norm,
         )
-        return out
+        return out[0], (out[1] if len(out) > 1 else None)

@@ -34,11 +34,11 @@ def kernel() -> Any:
     return ext
 
 
-def quantized(family: str, quantization: str = "q4", **overrides: Any) -> DecoderModel:
-    hf = hf_model(family, **overrides)
+def quantized(family: str, quantization: str = "q4", *, head: bool = False) -> DecoderModel:
+    hf = hf_model(family)
     cls, arch = architecture(hf.config.to_dict())
     return cls.from_hf_state_dict(arch, hf.state_dict(), torch.device("cpu"), torch.float32,
-                                  quantization=quantization)
+                                  quantization=quantization, quantize_lm_head=head)
 
 
 def prefilled(net: DecoderModel, lengths: list[int]) -> tuple[ModelRunner, list[Sequence]]:
@@ -58,7 +58,8 @@ def prefilled(net: DecoderModel, lengths: list[int]) -> tuple[ModelRunner, list[
 
 
 def step_both_ways(net: DecoderModel, runner: ModelRunner, work: list[ScheduledSeq]) -> tuple[Any, ...]:
-    """(hidden, cache) of one step through the Python loop, then through the fused call, from the same pool."""
+    """(hidden, cache, logits) of one step through the Python loop, then through the fused call, from the same
+    pool."""
     start = runner.kv_cache.clone()
     results = []
     for fused in (False, None):
@@ -67,21 +68,36 @@ def step_both_ways(net: DecoderModel, runner: ModelRunner, work: list[ScheduledS
         ids, pos, batch, _ = runner.prepare(work)
         with torch.inference_mode():
             hidden = net.forward(ids, pos, runner.kv_cache, batch)
-        results += [hidden.clone(), runner.kv_cache.clone()]
+            logits = net.compute_logits(hidden)
+        results += [hidden.clone(), runner.kv_cache.clone(), logits.clone()]
     return tuple(results)
 
 
 @pytest.mark.parametrize("family", ["llama3", "llama-biases", "mistral", "qwen2-window"])
-@pytest.mark.parametrize("quantization", ["q4", "q8"])
-def test_a_decode_step_is_the_python_loops_bitwise(kernel: Any, family: str, quantization: str) -> None:
-    net = quantized(family, quantization)
+@pytest.mark.parametrize(("quantization", "head"), [("q4", True), ("q8", False)])
+def test_a_decode_step_is_the_python_loops_bitwise(kernel: Any, family: str, quantization: str, head: bool) -> None:
+    net = quantized(family, quantization, head=head)
     runner, seqs = prefilled(net, [3, 70, 150, 9])  # contexts in three padded lengths: three decode groups
-    loop_hidden, loop_cache, fused_hidden, fused_cache = step_both_ways(
+    loop_hidden, loop_cache, loop_logits, fused_hidden, fused_cache, fused_logits = step_both_ways(
         net, runner, [ScheduledSeq.of(s, 1) for s in seqs])
     assert isinstance(net.fused_decode, FusedDecode)  # the fused call ran
+    assert (net._step_logits is not None) == head  # a quantised head runs in the same call, an fp32 one apart
     assert torch.equal(fused_hidden, loop_hidden)
     assert torch.equal(fused_cache, loop_cache)
+    assert torch.equal(fused_logits, loop_logits)
     assert not torch.equal(loop_cache, runner.kv_cache.new_zeros(()).expand_as(loop_cache))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_team_size_changes_no_bit(kernel: Any, threads: int) -> None:
+    net = quantized("llama3", head=True)
+    runner, seqs = prefilled(net, [5, 33])
+    work = [ScheduledSeq.of(s, 1) for s in seqs]
+    net.gemm_threads = 1
+    expected = step_both_ways(net, runner, work)
+    net.gemm_threads = threads
+    got = step_both_ways(net, runner, work)
+    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
 
 
 def test_one_row_alone_is_the_same_as_in_a_batch(kernel: Any) -> None:

@@ -98,7 +98,7 @@ def test_decode_attention_matches_the_aten_path_with_padding_and_sinks(kernel: A
     mask[1, 0, 100:] = float("-inf")  # row 1 has 100 real slots, padded to the bucket
     sinks = torch.randn(3, 3, generator=gen(5)) if with_sinks else None
     expected = torch_attention(q, kvc, gather, mask, sinks)
-    got = kernel.decode_attention(q, kvc, gather, mask.view(B, L), torch.empty(0) if sinks is None else sinks, 3)
+    got = kernel.decode_attention(q, kvc, gather, mask.view(B, L), torch.empty(0) if sinks is None else sinks, 3, True)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -106,12 +106,12 @@ def test_decode_attention_of_a_row_is_the_same_alone_batched_and_on_any_thread_c
     B, L = 16, 64
     kvc, q, gather = pool_and_query(B, L)
     empty = torch.empty(0)
-    batched = kernel.decode_attention(q, kvc, gather, empty, empty, 3)
+    batched = kernel.decode_attention(q, kvc, gather, empty, empty, 3, True)
     for i in (0, 7, 15):
-        alone = kernel.decode_attention(q[i : i + 1], kvc, gather[i : i + 1].contiguous(), empty, empty, 3)
+        alone = kernel.decode_attention(q[i : i + 1], kvc, gather[i : i + 1].contiguous(), empty, empty, 3, True)
         assert torch.equal(alone, batched[i : i + 1])
-    assert torch.equal(at_threads(1, lambda: kernel.decode_attention(q, kvc, gather, empty, empty, 3)), batched)
-    assert torch.equal(at_threads(2, lambda: kernel.decode_attention(q, kvc, gather, empty, empty, 3)), batched)
+    assert torch.equal(at_threads(1, lambda: kernel.decode_attention(q, kvc, gather, empty, empty, 3, True)), batched)
+    assert torch.equal(at_threads(2, lambda: kernel.decode_attention(q, kvc, gather, empty, empty, 3, True)), batched)
 
 
 def test_the_decoder_uses_the_row_ops_in_the_group_modes_only(kernel: Any) -> None:
@@ -134,3 +134,17 @@ def test_swiglu_rows_is_silu_of_the_gate_times_up_and_per_row(kernel: Any) -> No
     assert got.is_contiguous() and torch.equal(kernel.swiglu_rows(gate_up[5:6].clone(), 96), got[5:6])
     with pytest.raises(RuntimeError, match="2 \\* inter"):
         kernel.swiglu_rows(gate_up, 95)
+
+
+def test_decode_attention_in_avx2_is_the_scalar_loops_bitwise(kernel: Any) -> None:
+    """The vector path keeps the scalar path's 8 lanes, roundings and sum order; a head width that is not a
+    multiple of 8 takes the scalar tail."""
+    if kernel.simd_name() == "scalar":
+        pytest.skip("this CPU has no AVX2: there is one path only")
+    for D, L, with_sinks in ((64, 200, False), (20, 37, True)):
+        kvc, q, gather = pool_and_query(3, L, D=D)
+        mask = torch.zeros(3, L)
+        mask[2, L // 2 :] = float("-inf")
+        sinks = torch.randn(3, 3, generator=gen(D)) if with_sinks else torch.empty(0)
+        assert torch.equal(kernel.decode_attention(q, kvc, gather, mask, sinks, 3, True),
+                           kernel.decode_attention(q, kvc, gather, mask, sinks, 3, False))
