@@ -6,7 +6,9 @@ without speculation decodes `--tokens` greedy tokens from one chat prompt, batch
 - `plain`: the decode rate without instrumentation (1 / TPOT), interleaved run by run with `llama-bench -n 64`
   at the same thread count (so load changes hit both sides);
 - `profile`: the same decode with timers around each op class (wall, `time.perf_counter`), summed over the
-  pure-decode steps and divided by their number: layer GEMMs (q/k/v, o, gate/up, down: the group kernel),
+  pure-decode steps and divided by their number. By default a decode step runs fused (models/fused_decode.py:
+  every layer, and an 8-bit LM head, in one C++ call), timed as the one class `fused_step`; `--loop` runs the
+  Python layer loop instead, where each class is timed apart: layer GEMMs (q/k/v, o, gate/up, down: the group kernel),
   LM head (the 576 -> 49152 GEMM and the final norm), attention (KV gather, two bmm, softmax), RoPE, the
   RMSNorms, SwiGLU, the rest of the forward (embedding lookup, KV write, residual adds, thread toggles and the
   Python loop over 30 layers: everything not inside a timed call), the runner's input preparation, sampling,
@@ -30,6 +32,7 @@ Prints a table per thread count, then one JSON line. Usage:
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import resource
 import subprocess
@@ -47,7 +50,7 @@ from parley.local_engine.bench import QUESTIONS, chat_ids, load_average, open_en
 from parley.local_engine.models import decoder as decoder_module
 
 LLAMA_BIN = Path.home() / ".cache" / "parley-peers" / "llama-build" / "bin"
-CLASSES = ("layer_gemm", "lm_head", "attention", "rope", "norm", "swiglu", "forward_rest", "prepare",
+CLASSES = ("fused_step", "layer_gemm", "lm_head", "attention", "rope", "norm", "swiglu", "forward_rest", "prepare",
            "sampling", "scheduler", "step_rest", "between_steps")
 
 
@@ -60,6 +63,8 @@ def parse() -> argparse.Namespace:
                     help="local_engine/bench.py MODES to profile (q4-head: the 8-bit LM head the auto mode picks)")
     ap.add_argument("--cpu-tokens", type=int, default=192, help="extra tokens of the long run for CPU/token")
     ap.add_argument("--no-llama", action="store_true", help="skip llama-bench")
+    ap.add_argument("--loop", action="store_true",
+                    help="profile the Python layer loop instead of the fused step (each op class timed apart)")
     ap.add_argument("--llama-bench", default=str(LLAMA_BIN / "llama-bench"))
     return ap.parse_args()
 
@@ -131,7 +136,9 @@ def instrument(engine: Engine, clock: Clock) -> Callable[[], None]:
     model.rope.rotation = rotation
 
     cpu = clock.cpu_step
-    inside = ("layer_gemm", "attention", "rope", "norm", "swiglu")
+    inside = ("fused_step", "layer_gemm", "attention", "rope", "norm", "swiglu")
+    fused = model._fused_step  # the fused step (models/fused_decode.py) is one C++ call: timed as one class
+    model._fused_step = lambda *a: _timed_fused(fused(*a), clock)
 
     def forward(input_ids: torch.Tensor, *a: Any) -> Any:
         clock.decode_step = input_ids.shape[0] == 1
@@ -174,12 +181,21 @@ def instrument(engine: Engine, clock: Clock) -> Callable[[], None]:
         model.gemm, model.head_gemm, core.sampler = saved_model["gemm"], saved_model["head_gemm"], saved[2]
         for k, v in saved_dec.items():
             setattr(decoder_module, k, v)
-        for obj, names in ((model, ("forward", "compute_logits")), (model.rope, ("rotation",)),
+        for obj, names in ((model, ("forward", "compute_logits", "_fused_step")), (model.rope, ("rotation",)),
                            (runner, ("prepare",)), (core, ("_step",)), (core.scheduler, ("schedule", "postprocess"))):
             for name in names:
                 obj.__dict__.pop(name, None)
 
     return undo
+
+
+def _timed_fused(fused: Any, clock: Clock) -> Any:
+    """`fused` (a FusedDecode or None) with its `run` timed as the class `fused_step`."""
+    if fused is None:
+        return None
+    timed = copy.copy(fused)
+    timed.run = clock.timed("fused_step", fused.run)
+    return timed
 
 
 def llama_tg(binary: str, path: Path, threads: int, n: int) -> float | None:
@@ -252,7 +268,10 @@ def op_census(engine: Engine, prompt: list[int], n: int) -> dict[str, Any]:
 
 def run_threads(args: argparse.Namespace, mode: str, threads: int, path: Path) -> dict[str, Any]:
     engine = open_engine(None, mode, threads=threads)
-    r: dict[str, Any] = {"mode": mode, "threads": threads, "load_avg_start": load_average()}
+    if args.loop:
+        engine._core.runner.model.fused_decode = False
+    r: dict[str, Any] = {"mode": mode, "threads": threads, "load_avg_start": load_average(),
+                         "path": ", Python layer loop" if args.loop else ""}
     try:
         prompt = chat_ids(engine.tokenizer, QUESTIONS[0])
         params = SamplingParams(max_tokens=args.tokens, min_tokens=args.tokens)
@@ -297,7 +316,7 @@ def run_threads(args: argparse.Namespace, mode: str, threads: int, path: Path) -
 
 def report(results: list[dict[str, Any]]) -> None:
     for r in results:
-        print(f"\n== {r['mode']} decode, batch 1, {r['threads']} thread(s); "
+        print(f"\n== {r['mode']} decode, batch 1, {r['threads']} thread(s){r['path']}; "
               f"load {r['load_avg_start']} -> {r['load_avg_end']}")
         print(f"parley {r['parley_tok_s']} tok/s (runs {r['parley_tok_s_runs']}); llama-bench tg "
               f"{r['llamabench_tg_tok_s']} (runs {r['llamabench_tg_tok_s_runs']}), pp512 "
