@@ -9,6 +9,7 @@ were never masked. JSON Schemas are checked with `jsonschema` as parley reads JS
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -84,12 +85,36 @@ def _additional_properties(validator: Any, extra: Any, instance: Any, schema: An
         yield ValidationError(f"Additional properties are not allowed ({', '.join(map(repr, extras))} unexpected)")
 
 
+_HOSTNAME_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def _is_hostname(instance: object) -> bool:
+    """RFC 1123 host names, letters in either case (`jsonschema` checks `hostname` only with the `fqdn` package
+    installed, else never): labels of 1-63 letters, digits and inner hyphens, 253 characters at most."""
+    if not isinstance(instance, str):
+        return True
+    name = instance[:-1] if instance.endswith(".") else instance
+    return 0 < len(name) <= 253 and all(_HOSTNAME_LABEL.fullmatch(label) for label in name.split("."))
+
+
+@functools.cache
+def _format_checker() -> Any:
+    """Draft 2020-12's format checker, with `hostname` checked whether or not `fqdn` is installed."""
+    import jsonschema
+
+    checker = jsonschema.FormatChecker(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
+    if "hostname" not in checker.checkers:
+        checker.checks("hostname")(_is_hostname)
+    return checker
+
+
 def schema_validator(schema: Any) -> Any:
     """A `jsonschema` validator for `schema` as parley reads JSON Schema: the dialect named by `$schema`
     (Draft 2020-12 by default), with three readings fixed whatever the dialect:
 
-    - `format` is an assertion, checked by Draft 2020-12's checker (`uuid` included): the backends enforce
-      formats, and JSONSchemaBench checks them so; Draft 4's own checker would pass `"tokenize"` as a uuid;
+    - `format` is an assertion, checked by Draft 2020-12's checker (`uuid` included, and `hostname` with or
+      without `fqdn`): the backends enforce formats, and JSONSchemaBench checks them so; Draft 4's own checker
+      would pass `"tokenize"` as a uuid;
     - `multipleOf` is decided exactly, on the number the text spelled: `jsonschema` divides floats, so it
       rejects 0.3 as a multiple of 0.1 and passes -43536423848412.805;
     - regexes (`pattern`, `patternProperties`, and so `additionalProperties`) are ECMA-262's, where `\\w`,
@@ -101,7 +126,7 @@ def schema_validator(schema: Any) -> Any:
     readings = {"multipleOf": _multiple_of, "pattern": _pattern, "patternProperties": _pattern_properties,
                 "additionalProperties": _additional_properties}
     parley_cls = jsonschema.validators.extend(cls, readings)
-    return parley_cls(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    return parley_cls(schema, format_checker=_format_checker())
 
 
 def validate_schema_value(value: Any, schema: Any, *, prefix: str = "$") -> None:

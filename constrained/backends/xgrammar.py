@@ -46,9 +46,10 @@ UNENFORCED = {
 LENGTHS = {"minLength", "maxLength"}
 # "uri-reference" is left out: xgrammar's rule rejects absolute references ("https://example.com/x"); "email"
 # too: its rule wants two characters in every domain label after the first dot ("a@b.c", "BW@m.a.nikE" are
-# rejected; Github_medium o71405), so emails are validated and auto prefers llguidance.
+# rejected; Github_medium o71405), so emails are validated and auto prefers llguidance; "hostname" too: its
+# rule takes lowercase letters only ("G5.sport", "Ab" are rejected; host names ignore case, Github_hard o27023).
 SUPPORTED_FORMATS = {
-    "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid", "uri",
+    "date", "time", "date-time", "duration", "ipv4", "ipv6", "uuid", "uri",
     "uri-template", "json-pointer", "relative-json-pointer",
 }  # fmt: skip
 BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}

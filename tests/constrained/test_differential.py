@@ -31,6 +31,7 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | escapes in a `patternProperties` key | xgrammar | `{"x-\\"":1}` for `^x-` (no extra keys) | ranked after llguidance |
 | an untyped definition | xgrammar | `null` for `{"additionalProperties": false}` via `$ref` | typed from its `$ref`s |
 | `format: email` | xgrammar | `"a@b.c"` (one-letter labels) | stripped, validated |
+| `format: hostname` | xgrammar | `"fr.y.q.G5.sport"` (uppercase letters) | stripped, validated |
 | a `oneOf` llguidance cannot prove disjoint | llguidance | refused: xgrammar took it | as `anyOf`, overlap validated |
 | a raw DEL (U+007F) in a string | llguidance | the raw character | written `"\\u007f"` (a spelling rule) |
 | an object under a `patternProperties` key | (the tests) | its keys left out of schema order | ordered by it |
@@ -365,11 +366,20 @@ def test_xgrammar_cannot_write_escapes_under_a_pattern_so_auto_takes_llguidance(
     assert not pattern_admits_escaped(full_match_pattern("^[0-9]+$"))
 
 
-def test_xgrammar_validates_emails_its_rule_would_reject(smol_tokenizer: Any) -> None:
-    schema = {"type": "string", "format": "email"}
+@pytest.mark.parametrize(
+    ("fmt", "value"), [("email", '"BW@m.a.nikE"'), ("hostname", '"fr.y.q.G5.sport"')]
+)  # Github_medium o71405, Github_hard o27023
+def test_xgrammar_validates_emails_and_hostnames_its_rules_would_reject(
+    smol_tokenizer: Any, fmt: str, value: str
+) -> None:
+    schema = {"type": "string", "format": fmt}
+    assert validator(schema).is_valid(json.loads(value))
     matcher = compiled(smol_tokenizer, schema, "xgrammar")
-    assert matcher.needs_validation and feed(matcher, smol_tokenizer, '"BW@m.a.nikE"')  # Github_medium o71405
-    assert compiled(smol_tokenizer, schema).backend == "llguidance"
+    assert matcher.needs_validation and feed(matcher, smol_tokenizer, value)
+    with pytest.raises(ValidationFailed):
+        matcher.validate('"a b"')
+    auto = compiled(smol_tokenizer, schema)
+    assert auto.backend == "llguidance" and not auto.needs_validation and feed(auto, smol_tokenizer, value)
 
 
 def test_llguidance_compiles_a_oneof_it_cannot_prove_disjoint_and_validates_exclusivity(smol_tokenizer: Any) -> None:
