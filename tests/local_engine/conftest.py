@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from parley.local_engine import Engine, EngineConfig  # noqa: E402
+from parley.local_engine import Engine, EngineConfig, quant4  # noqa: E402
 from parley.local_engine.models.llama import LlamaArch, LlamaModel  # noqa: E402
 
 TINY = dict(
@@ -110,3 +110,14 @@ def smol_hf(smol_engine: Engine) -> Any:
     return transformers.AutoModelForCausalLM.from_pretrained(
         str(files.folder), dtype=torch.float32, local_files_only=True
     ).to(DEVICE).eval()
+
+
+@pytest.fixture(scope="session")
+def kernel() -> Any:
+    """The group kernel's C++ extension (q4/q8 GEMMs, row ops, the fused decode step), built here at most once
+    per machine, then loaded from torch's cache; without a compiler the tests that take it skip."""
+    if quant4.compiler() is None:
+        pytest.skip("no C++ compiler on PATH (the quantised modes fall back to dequantised fp32 weights)")
+    ext, why = quant4.kernel_module()
+    assert ext is not None, why  # a compiler is here: the build must work
+    return ext

@@ -14,7 +14,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from parley.local_engine import quant4  # noqa: E402
 from parley.local_engine.config import SamplingParams  # noqa: E402
 from parley.local_engine.models.decoder import DecoderModel  # noqa: E402
 from parley.local_engine.models.fused_decode import FusedDecode  # noqa: E402
@@ -23,15 +22,6 @@ from parley.local_engine.runner import ModelRunner  # noqa: E402
 from parley.local_engine.scheduler import ScheduledSeq  # noqa: E402
 from parley.local_engine.sequence import Sequence  # noqa: E402
 from tests.local_engine.families import hf_model, prompts_of  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def kernel() -> Any:
-    if quant4.compiler() is None:
-        pytest.skip("no C++ compiler on PATH (the quantised modes fall back to fp32 ops)")
-    ext, why = quant4.kernel_module()
-    assert ext is not None, why
-    return ext
 
 
 def quantized(family: str, quantization: str = "q4", *, head: bool = False) -> DecoderModel:

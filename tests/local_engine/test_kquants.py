@@ -54,15 +54,6 @@ def reference(x: torch.Tensor, rq: RowQuant) -> torch.Tensor:
     return xq @ RowQuant(rq.bits, rq.q, rq.d, rq.m).dequantize().double().t()
 
 
-@pytest.fixture(scope="module")
-def kernel() -> Any:
-    if quant4.compiler() is None:
-        pytest.skip("no C++ compiler on PATH (the fallback is tested in test_quant4.py)")
-    ext, why = quant4.kernel_module()
-    assert ext is not None, why
-    return ext
-
-
 @pytest.mark.parametrize("kind", sorted(BLOCK_TYPES))
 def test_every_block_type_decodes_bitwise_to_gguf_py_dequantisation(kind: str) -> None:
     rows, cols = 12, 512

@@ -27,16 +27,6 @@ CPU = torch.device("cpu")
 TEXT = Path(__file__).parents[2] / "benchmarks" / "data" / "perplexity.txt"
 
 
-@pytest.fixture(scope="session")
-def kernel() -> Any:
-    """The built extension (built here at most once per machine, then loaded from torch's cache)."""
-    if quant4.compiler() is None:
-        pytest.skip("no C++ compiler on PATH (the fallback is tested separately)")
-    ext, why = quant4.kernel_module()
-    assert ext is not None, why  # a compiler is here: the build must work
-    return ext
-
-
 def quantised(bits: int, n: int, k: int, seed: int = 0, *, col_scale: bool = True) -> RowQuant:
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=g) * 0.05
