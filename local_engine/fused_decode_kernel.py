@@ -189,6 +189,7 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
   std::exception_ptr error;
 
   pybind11::gil_scoped_release no_gil;
+  const int entry_threads = omp_get_max_threads();  // the caller's own count, given back at the end
   omp_set_num_threads((int)std::max<int64_t>(1, threads));
   // Phases alternate: the calling thread (0) runs the ops between GEMMs and quantises the next GEMM's input;
   // then every thread takes its share of that GEMM's tiles. A barrier closes each phase.
@@ -264,6 +265,7 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
       gemm(mats.back(), normed);
     }
   }
+  omp_set_num_threads(entry_threads);
   if (error) std::rethrow_exception(error);
   if (with_head) return {residual, finished(mats.back())};
   return {residual};

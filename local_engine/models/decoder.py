@@ -283,11 +283,20 @@ class DecoderModel:
         """
         a = self.arch
         T = input_ids.shape[0]
+        entry_threads = torch.get_num_threads()
+        threads = self.gemm_threads or entry_threads
+        self._step_logits = None
+        fused = self._fused_step(batch, T)
+        if fused is not None:  # every layer in one C++ call (fused_decode.py), the same operations
+            residual = self.embed.index_select(0, input_ids)
+            qkv = torch.empty(T, self.q_size + 2 * self.kv_size, device=self.device, dtype=self.dtype)
+            residual, logits = fused.run(residual, self.row_ops.rms_rows(residual, a.rms_norm_eps), qkv,
+                                         self.rope.complex_table(positions), batch, kv_cache, threads)
+            self._step_logits = None if logits is None else (residual, logits)
+            return residual
         H, KVH, D = a.num_heads, a.num_kv_heads, a.head_dim
         qs, kvs = self.q_size, self.kv_size
         omp = omp_set_num_threads() if self.device.type == "cpu" else None
-        entry_threads = torch.get_num_threads()
-        threads = self.gemm_threads or entry_threads
         toggle = omp is not None and threads > 1 and T <= 64
         many: Callable[[int], None] = omp if (omp is not None and toggle) else _noop
         if omp is not None:
@@ -299,19 +308,6 @@ class DecoderModel:
             mkl(1)
         eps, inter, gemm = a.rms_norm_eps, a.intermediate_size, self.gemm
         qkv = torch.empty(T, qs + 2 * kvs, device=self.device, dtype=self.dtype)
-        self._step_logits = None
-        fused = self._fused_step(batch, T)
-        if fused is not None:  # every layer in one C++ call (fused_decode.py), the same operations
-            residual = self.embed.index_select(0, input_ids)
-            h = self.row_ops.rms_rows(residual, eps)
-            residual, logits = fused.run(self, residual, h, qkv, self.rope.complex_table(positions), batch,
-                                         kv_cache, threads)
-            self._step_logits = None if logits is None else (residual, logits)
-            if omp is not None:
-                omp(entry_threads)
-            if mkl is not None:
-                mkl(0)
-            return residual
         kv_new = qkv[:, qs:].view(T, 2 * KVH, D).transpose(0, 1)  # [2*KVH, T, D], the cache's layout
         qk = qkv[:, : qs + kvs]
         qk_heads = qk.view(T, H + KVH, D)

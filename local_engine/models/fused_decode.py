@@ -30,6 +30,7 @@ class FusedDecode:
 
     def __init__(self, model: DecoderModel, ext: Any, gemm: GroupGemm) -> None:
         self.ext = ext
+        self.arch = model.arch
         self.use_simd = gemm.use_simd
         self.weights: list[torch.Tensor] = []
         self.meta: list[int] = []
@@ -101,11 +102,12 @@ class FusedDecode:
         return tensors, meta
 
     def run(
-        self, model: DecoderModel, residual: torch.Tensor, h: torch.Tensor, qkv: torch.Tensor, rope: torch.Tensor,
+        self, residual: torch.Tensor, h: torch.Tensor, qkv: torch.Tensor, rope: torch.Tensor,
         batch: AttentionBatch, kv_cache: torch.Tensor, threads: int,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(hidden states, the logits of every row or None when the head runs apart)."""
-        a = model.arch
+        """(hidden states, the logits of every row or None when the head runs apart). The GEMMs get `threads`;
+        the caller's OpenMP thread count is the same afterwards."""
+        a = self.arch
         groups, group_meta = self.groups_of(batch)
         out: list[torch.Tensor] = self.ext.decode_layers(
             residual, h, qkv, rope, batch.slot_mapping, kv_cache, self.weights, self.meta, self.biases, self.sinks,
