@@ -8,7 +8,8 @@ Generation is deterministic (`derandomize=True`, no example database): the same 
 instances on every run and machine. Valid instances are re-checked with `jsonschema` (formats
 included) and kept only if valid; objects are serialised with their keys in the order the backends write
 them: the schema's property order (as MaskBench does), where the names of a subschema's `$ref`, `anyOf`,
-`oneOf`, `allOf` come before its own `properties` (parley's prepared order, `_property_order`), `required`
+`oneOf`, `allOf` come before its own `properties` (parley's prepared order, `_property_order`; not those of
+an `anyOf`/`oneOf` with a branch the grammars read as any value, `_branches`), `required`
 names missing from `properties` after those (in `required` order: declared by parley right after the node's
 own properties where it can, else at the end), recursively through `properties`, matching
 `patternProperties` and `additionalProperties`, so backends are compared fairly.
@@ -25,6 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from parley.constrained.schema.dispatch import ASSERTIONS, UNREAD
 from parley.constrained.schema.prepare import BRANCHES_FIRST
 from parley.constrained.schema.refs import MISSING, resolve_ref
 
@@ -154,10 +156,24 @@ def generate(schema: Any, count: int) -> list[Any]:
     return out
 
 
+# Keywords every grammar backend leaves to validation (llguidance strips them, xgrammar ignores them).
+_UNCOMPILED = UNREAD | {"dependentRequired", "minContains", "maxContains"}
+
+
+def _vacuous(branch: Any) -> bool:
+    """Whether the grammars read `branch` as any value: no assertion but keywords no backend compiles."""
+    return branch is True or isinstance(branch, dict) and not (ASSERTIONS - _UNCOMPILED) & branch.keys()
+
+
 def _branches(root: Any, node: Any, key: str, value: Any) -> list[Any]:
     """The branches of `node[key]` that shape `value`: every `allOf` branch; of `anyOf`/`oneOf`, the first the
-    value matches (the backends write the chosen branch's own property order, Github_trivial o83689), else all."""
+    value matches (the backends write the chosen branch's own property order, Github_trivial o83689), else all;
+    none where one branch is vacuous (`{"not": ...}` once `not` is left out: the list admits any value, llguidance
+    drops it, and its branches' names are written as undeclared keys, after the node's own: Github_trivial
+    o21864)."""
     branches = node.get(key) if isinstance(node.get(key), list) else []
+    if key != "allOf" and any(map(_vacuous, branches)):
+        return []
     if key == "allOf" or value is MISSING:
         return branches
     context = {k: root[k] for k in ("$schema", "definitions", "$defs") if isinstance(root, dict) and k in root}

@@ -40,6 +40,7 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | a byte sequence the grammar forces | llguidance | `[[""]]` (`[[` masked: only `[`, `["` for `[["`) | `no_forcing` |
 | a branch (`oneOf`...) next to `properties` | (the tests) | `{"b":2,"a":1}` (Github_hard o61027) | branches first |
 | `required` names not in `properties` | (the tests) | `{"b":2,"a":1,"r":3}` (branch `b`) | after own names |
+| a branch that is only `not` | (the tests) | `{"LastName":"","Age":0.0}` (Github_trivial o21864) | no branch order |
 
 Key order: llguidance writes a subschema's keywords in the order written, xgrammar its `$ref`/`anyOf`/`oneOf`/
 `allOf` first whatever the order; parley's preparation puts those first, and the instances follow.
@@ -514,3 +515,22 @@ def test_a_key_made_only_of_escaped_characters_is_xgrammars_documented_price(smo
     assert not feed(matcher, smol_tokenizer, without_escaped(value))  # '{"":true}': not a key of `+`
     assert escapes_alone_refused(matcher, smol_tokenizer, value)
     assert disagreements(matcher, smol_tokenizer, [Instance(value, True)], blind=True) == []
+
+
+@pytest.mark.parametrize("backend", ["xgrammar", "llguidance", "auto"])
+@pytest.mark.parametrize("keyword", ["anyOf", "oneOf"])
+def test_a_branch_list_the_grammars_read_as_any_value_declares_no_names(
+    smol_tokenizer: Any, keyword: str, backend: str
+) -> None:
+    """Github_trivial o21864: `anyOf: [{oneOf: [FirstName], [LastName]}, {not: both}]` beside `Age`. `not` is left
+    to validation, so the second branch admits any value and so does the list: llguidance drops it and writes
+    `LastName` as an undeclared key after `Age` (every value stays reachable in that order); the instances
+    ordered it first, as a branch's name."""
+    either = {"oneOf": [BRANCH, {"properties": {"c": INTEGER}, "required": ["c"]}]}
+    schema = {"type": "object", **OWN, keyword: [either, {"not": {"required": ["b", "c"]}}]}
+    assert dumps(in_schema_order(schema, schema, {"b": 2, "a": 1})) == '{"a":1,"b":2}'
+    matcher = compiled(smol_tokenizer, schema, backend, strict=False)
+    assert feed(matcher, smol_tokenizer, '{"a":1,"b":2}'), matcher.choice
+    if matcher.backend == "llguidance" and keyword == "anyOf":
+        matcher.reset()
+        assert not feed(matcher, smol_tokenizer, '{"b":2,"a":1}')  # the order the instances used to ask for
