@@ -247,9 +247,9 @@ def _builder(backend: GrammarBackend, spec: Spec, schemas: list[Any]) -> Callabl
 def _strip_set(name: str, missing: list[KeywordUse]) -> set[tuple[str, str]]:
     """The unenforced uses to remove before `name` sees the schema (it would mis-enforce them)."""
     if name == "xgrammar":
-        from parley.constrained.backends.xgrammar import LOOKAHEAD, STRIPPED
+        from parley.constrained.backends.xgrammar import KEPT, STRIPPED
 
-        missing = [u for u in missing if u.reason != LOOKAHEAD]  # a widened pattern is still worth keeping
+        missing = [u for u in missing if u.reason not in KEPT]  # a widened pattern is still worth keeping
     elif name == "llguidance":
         from parley.constrained.backends.llguidance import STRIPPED
     else:

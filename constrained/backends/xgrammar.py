@@ -27,6 +27,7 @@ from parley.constrained.schema import dispatch
 from parley.constrained.schema.patterns import (
     pattern_has_lookahead,
     pattern_has_lookbehind_or_backreference,
+    pattern_has_optional_repeat_edge,
     pattern_mentions_escape,
 )
 from parley.constrained.schema.refs import rebase_refs
@@ -60,6 +61,10 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 FRACTION_BOUNDS = "its bounded-number grammar rejects valid spellings (exponents, long fractions, -0.0)"
 # Why a lookahead is reported but kept: xgrammar reads it as always true, which only widens the pattern.
 LOOKAHEAD = "lookaheads are read as always true"
+# Found by the differential tests (Github_trivial o41609): in an optional group that starts or ends with a
+# repeated atom, xgrammar's string regex also admits that atom alone ("-P0Y0" for `^-?P([0-9]+Y)?...$`).
+WIDENED = "its string regex admits more than an optional group with a repeated atom at an end, e.g. (a+b)?"
+KEPT = {LOOKAHEAD, WIDENED}  # wider, never narrower: kept in the grammar and validated
 # Stripped from the schema before xgrammar sees it (it would enforce them incorrectly or reject them).
 STRIPPED = {"minLength", "maxLength", "format", "patternProperties", "pattern"} | BOUNDS
 
@@ -122,6 +127,14 @@ def _keyword_rules(uses: list[KeywordUse], lengths_in_grammar: bool, strict: boo
             out.append(replace(use, reason=LOOKAHEAD))
         elif use.keyword == "patternProperties" and isinstance(value, dict) and any(map(pattern_has_lookahead, value)):
             out.append(replace(use, reason=LOOKAHEAD))
+        elif use.keyword == "pattern" and isinstance(value, str) and pattern_has_optional_repeat_edge(value):
+            out.append(replace(use, reason=WIDENED))
+        elif (
+            use.keyword == "patternProperties"
+            and isinstance(value, dict)
+            and any(map(pattern_has_optional_repeat_edge, value))
+        ):
+            out.append(replace(use, reason=WIDENED))
         elif use.keyword in BOUNDS and _out_of_int64(value):
             out.append(use)
         elif use.keyword in BOUNDS and admits_fractions(use.schema):

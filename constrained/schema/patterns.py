@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from parley.constrained.schema.walk import iter_subschemas
 
@@ -194,3 +194,113 @@ def pattern_has_lookahead(pattern: str) -> bool:
 def pattern_has_lookbehind_or_backreference(pattern: str) -> bool:
     """Whether a regex uses a lookbehind or a backreference."""
     return bool(_LOOKBEHIND_OR_BACKREF.search(pattern))
+
+
+def _repeats(quantifier: str) -> bool:
+    """Whether a quantifier repeats its atom a varying number of times (`*`, `+`, `{1,}`, `{2,3}`; not `?`, `{2}`)."""
+    counts = re.fullmatch(r"\{(\d+)(,(\d*))?\}\??", quantifier)
+    if counts is None:
+        return quantifier[:1] in ("*", "+")
+    return counts.group(2) is not None and counts.group(3) != counts.group(1)
+
+
+class _Atom(NamedTuple):
+    """A regex atom as `pattern_has_optional_repeat_edge` reads it."""
+
+    starts: bool  # with an atom repeated by `+`/`*`
+    ends: bool
+    lone: bool  # a lone repeated atom (`a+`): harmless alone in an optional group
+    nullable: bool
+
+
+def _class_end(pattern: str, i: int) -> int:
+    """The index after the character class opening at `pattern[i]`."""
+    i += 1
+    if pattern[i : i + 1] == "^":
+        i += 1
+    if pattern[i : i + 1] == "]":
+        i += 1
+    while i < len(pattern) and pattern[i] != "]":
+        i += 2 if pattern[i] == "\\" else 1
+    return i + 1
+
+
+def _quantifier(pattern: str, i: int) -> tuple[str, int]:
+    """The quantifier at `pattern[i]` (`""` if none: a `{` that is no `{n}`, `{n,}`, `{n,m}` is a literal)."""
+    match = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})\??").match(pattern, i)
+    return (match.group(), match.end()) if match else ("", i)
+
+
+def pattern_has_optional_repeat_edge(pattern: str) -> bool:
+    """Whether a regex has an optional group (`(...)?`) one of whose alternatives starts or ends with an atom
+    repeated by `+` or `*` next to another atom: `(a+b)?`, `(\\.[0-9]+)?`, `([0-9]+Y)?`, `((a+b))?`.
+
+    xgrammar's regex for JSON strings then also admits the repeated atom alone: `x(a+b)?` matches `"xa"`,
+    `x(ab+)?` matches `"xb"`, `^-?P([0-9]+Y)?([0-9]+M)?...$` matches `"-P0Y0"` (Github_trivial o41609); its
+    plain regex grammars, `(a+b){0,1}`, `(a+b)*` and a repeat inside (`(ba+b)?`) are right. A wider pattern,
+    never a narrower one: kept in its grammar and validated."""
+    found = False
+
+    def edges(alt: list[_Atom]) -> tuple[bool, bool]:
+        """Whether a repeated atom can come first (last) in `alt`: the first (last) one, or one after (before)
+        atoms that may be absent (`a?[ab]+a`)."""
+        def edge(atoms: list[_Atom], side: int) -> bool:
+            for atom in atoms:
+                if atom[side]:
+                    return True
+                if not atom.nullable:
+                    return False
+            return False
+
+        return edge(alt, 0), edge(alt[::-1], 1)
+
+    def sequence(i: int) -> tuple[list[list[_Atom]], int]:
+        """The alternatives from `pattern[i]` to the closing `)`."""
+        nonlocal found
+        alternatives: list[list[_Atom]] = [[]]
+        while i < len(pattern) and pattern[i] != ")":
+            c = pattern[i]
+            inner: list[list[_Atom]] | None = None
+            if c == "|":
+                alternatives.append([])
+                i += 1
+                continue
+            if c in "^$":
+                i += 1
+                continue
+            if c == "(":
+                j = i + 1
+                if pattern.startswith("?<", j) and pattern[j + 2 : j + 3] not in ("=", "!"):  # (?<name>
+                    j = pattern.find(">", j) + 1 or len(pattern)
+                elif pattern.startswith("?", j):  # (?:  (?=  (?!  (?<=  (?<!
+                    j += 3 if pattern.startswith("?<", j) else 2
+                inner, j = sequence(j)
+                j += 1
+            elif c == "[":
+                j = _class_end(pattern, i)
+            elif c == "\\":
+                j = i + 2
+                if pattern[i + 1 : i + 2] in ("p", "P", "u", "x") and pattern[j : j + 1] == "{":
+                    j = pattern.find("}", j) + 1 or len(pattern)
+            else:
+                j = i + 1
+            quantifier, i = _quantifier(pattern, j)
+            repeated = _repeats(quantifier)
+            optional = quantifier[:1] in ("?", "*") or quantifier.startswith("{0")
+            if inner is None:
+                alternatives[-1].append(_Atom(repeated, repeated, repeated, optional))
+                continue
+            sides = [edges(alt) for alt in inner if alt]
+            edged = [any(edges(alt)) for alt in inner if alt and not (len(alt) == 1 and alt[0].lone)]  # `(a+)?`: right
+            found = found or (quantifier in ("?", "??") and any(edged))
+            starts = repeated or any(first for first, _ in sides)  # a quantified group starts with its body
+            ends = repeated or any(last for _, last in sides)
+            empty = any(all(atom.nullable for atom in alt) for alt in inner)
+            alternatives[-1].append(_Atom(starts, ends, False, optional or empty))
+        return alternatives, i
+
+    i = 0
+    while i < len(pattern):  # an unbalanced `)` ends a sequence early: go on after it
+        _, i = sequence(i)
+        i += 1
+    return found

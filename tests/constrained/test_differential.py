@@ -40,6 +40,7 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | a byte sequence the grammar forces | llguidance | `[[""]]` (`[[` masked: only `[`, `["` for `[["`) | `no_forcing` |
 | a branch (`oneOf`...) next to `properties` | (the tests) | `{"b":2,"a":1}` (Github_hard o61027) | branches first |
 | `required` names not in `properties` | (the tests) | `{"b":2,"a":1,"r":3}` (branch `b`) | after own names |
+| `(a+b)?` in a pattern | xgrammar | none: `"-P0Y0"` passed silently (Github_trivial o41609) | validated |
 | a branch that is only `not` | (the tests) | `{"LastName":"","Age":0.0}` (Github_trivial o21864) | no branch order |
 
 Key order: llguidance writes a subschema's keywords in the order written, xgrammar its `$ref`/`anyOf`/`oneOf`/
@@ -62,7 +63,12 @@ from typing import Any
 import pytest
 
 from parley.constrained import CompileCache, ConstrainedError, JsonSchema, ValidationFailed, compile, validate
-from parley.constrained.schema.patterns import full_match_pattern, pattern_admits_escaped, pattern_mentions_escape
+from parley.constrained.schema.patterns import (
+    full_match_pattern,
+    pattern_admits_escaped,
+    pattern_has_optional_repeat_edge,
+    pattern_mentions_escape,
+)
 from parley.constrained.schema.walk import iter_subschemas
 from tests.conftest import SHARED
 from tests.constrained.conftest import feed
@@ -534,3 +540,45 @@ def test_a_branch_list_the_grammars_read_as_any_value_declares_no_names(
     if matcher.backend == "llguidance" and keyword == "anyOf":
         matcher.reset()
         assert not feed(matcher, smol_tokenizer, '{"b":2,"a":1}')  # the order the instances used to ask for
+
+
+DURATION = "^-?P([0-9]+Y)?([0-9]+M)?([0-9]+D)?(T([0-9]+H)?([0-9]+M)?([0-9]+S)?)?$"  # Github_trivial o41609
+
+
+@pytest.mark.parametrize(
+    ("pattern", "wider"),
+    [(DURATION, "-P0Y0"), (DURATION, "P3Y1424501960M82346517528"), ("^x(a+b)?$", "xa"), ("^x(ab+)?$", "xb"),
+     ("^v(\\.[0-9]+)?$", "v5"), ("^x(b[ab]{1,2})?$", "xa"), ("^x(a(ab+|x))?$", "xb")],
+)  # fmt: skip
+def test_xgrammar_validates_patterns_its_string_regex_widens(smol_tokenizer: Any, pattern: str, wider: str) -> None:
+    """xgrammar's regex for JSON strings admits the repeated atom at an end of an optional group alone; the
+    pattern stays in its grammar (wider, never narrower) and is validated. auto takes llguidance, exact."""
+    schema = {"type": "string", "pattern": pattern}
+    assert not validator(schema).is_valid(wider) and pattern_has_optional_repeat_edge(full_match_pattern(pattern))
+    matcher = compiled(smol_tokenizer, schema, "xgrammar")
+    assert matcher.needs_validation and any("'pattern'" in w for w in matcher.warnings), matcher.warnings
+    assert feed(matcher, smol_tokenizer, json.dumps(wider))  # the widening, kept in the grammar
+    with pytest.raises(ValidationFailed):
+        matcher.validate(json.dumps(wider))
+    auto = compiled(smol_tokenizer, schema)
+    assert auto.backend == "llguidance" and not auto.needs_validation, auto.choice
+    assert not feed(auto, smol_tokenizer, json.dumps(wider))
+
+
+def test_xgrammar_validates_patternproperties_keys_its_regex_widens(smol_tokenizer: Any) -> None:
+    schema = {"type": "object", "patternProperties": {"^x(a+b)?$": {"type": "integer"}}, "additionalProperties": False}
+    matcher = compiled(smol_tokenizer, schema, "xgrammar")
+    assert matcher.needs_validation and any("'patternProperties'" in w for w in matcher.warnings), matcher.warnings
+    assert feed(matcher, smol_tokenizer, '{"xab":1}')
+    with pytest.raises(ValidationFailed):
+        matcher.validate('{"xa":1}')
+
+
+@pytest.mark.parametrize("pattern", ["x(ab)?", "x(a+)?", "x(a+b){0,1}", "x(a+b)*", "x(ba+b)?", "x(ba{2})?", "[(a+b)?]"])
+def test_optional_groups_xgrammar_reads_right_are_not_flagged(smol_tokenizer: Any, pattern: str) -> None:
+    assert not pattern_has_optional_repeat_edge(pattern)
+    matcher = compiled(smol_tokenizer, {"type": "string", "pattern": f"^{pattern}$"}, "xgrammar")
+    assert not matcher.needs_validation, matcher.warnings
+    for text in ("xa", "xb", "xab", "xaab", "xbab", "x"):
+        matcher.reset()
+        assert feed(matcher, smol_tokenizer, json.dumps(text)) == bool(re.fullmatch(pattern, text)), text
