@@ -132,7 +132,7 @@ def unenforced(schema: Any, root: str, options: JsonOptions) -> list[KeywordUse]
             out.append(KeywordUse(use.keyword, use.path, use.schema, INTEGRAL_FLOAT))
         elif use.keyword == "pattern" and isinstance(value, str) and _has_lookaround(value):
             out.append(KeywordUse(use.keyword, use.path, use.schema, LOOKAROUND))
-    return out + dispatch.overlapping_one_of(schema, root)
+    return out + dispatch.overlapping_one_of(schema, root, options.strict)
 
 
 def _anchor(pattern: str) -> str:

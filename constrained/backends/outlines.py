@@ -77,7 +77,7 @@ def unenforced(schema: Any, root: str, options: JsonOptions | None = None) -> li
         elif use.keyword == "allOf" and isinstance(value, list) and len(value) > 1:
             out.append(use)
     out += dispatch.dropped_siblings(schema, root, dispatch.OUTLINES)
-    out += dispatch.overlapping_one_of(schema, root)
+    out += dispatch.overlapping_one_of(schema, root, strict)
     out += dispatch.unattached_required(schema, root, dispatch.OUTLINES, strict)
     return dispatch.first_per_use(out)
 

@@ -95,7 +95,7 @@ def unenforced(schema: Any, root: str, options: JsonOptions) -> list[KeywordUse]
     seen = widen_untyped(schema) if not options.strict else schema
     out = _keyword_rules(scan_keywords(seen, root), options.lengths_in_grammar, options.strict)
     out += dispatch.dropped_siblings(seen, root, dispatch.XGRAMMAR)
-    out += dispatch.overlapping_one_of(seen, root)
+    out += dispatch.overlapping_one_of(seen, root, options.strict)
     out += dispatch.untyped_keywords(seen, root, dispatch.XGRAMMAR)
     out += dispatch.unattached_required(seen, root, dispatch.XGRAMMAR, options.strict)
     return dispatch.first_per_use(out)

@@ -215,37 +215,50 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def json_types(root: Any, node: Any, depth: int = 0) -> frozenset[str]:
-    """The JSON types a value valid against `node` can have (JSON Schema semantics; ALL_TYPES when unsure)."""
+# Where parley's `strict` reads an untyped subschema as one type (xgrammar in strict mode, llguidance's
+# `type_untyped`): from these keywords, unless something else gives it a type.
+STRICT_INFERS = {"properties": "object", "additionalProperties": "object", "items": "array", "prefixItems": "array"}
+_TYPE_SOURCES = frozenset({"type", "$ref", "const", "enum", "anyOf", "oneOf", "allOf", "not", "if"})
+
+
+def json_types(root: Any, node: Any, depth: int = 0, strict: bool = False) -> frozenset[str]:
+    """The JSON types a value valid against `node` can have (JSON Schema semantics; ALL_TYPES when unsure).
+    `strict`: an untyped subschema with one kind of type-specific keyword has that type (`STRICT_INFERS`)."""
     if node is False:
         return frozenset()
     if not isinstance(node, dict) or depth > _MAX_DEPTH:
         return ALL_TYPES
     result = _declared(node) if "type" in node else ALL_TYPES
+    inferred = {kind for key, kind in STRICT_INFERS.items() if key in node}
+    if strict and not _TYPE_SOURCES & node.keys() and len(inferred) == 1:
+        result = frozenset(inferred)
     values = _value_set(root, node, depth)
     if values is not None:
         result = _meet(result, frozenset(_json_type(v) for v in values))
     if "$ref" in node:
         target = resolve_ref(root, node["$ref"])
         if target is not MISSING:
-            result = _meet(result, json_types(root, target, depth + 1))
+            result = _meet(result, json_types(root, target, depth + 1, strict))
     for key in ("anyOf", "oneOf"):
         if isinstance(node.get(key), list):
-            result = _meet(result, frozenset().union(*(json_types(root, b, depth + 1) for b in node[key])))
+            result = _meet(result, frozenset().union(*(json_types(root, b, depth + 1, strict) for b in node[key])))
     for branch in node.get("allOf", []) if isinstance(node.get("allOf"), list) else []:
-        result = _meet(result, json_types(root, branch, depth + 1))
+        result = _meet(result, json_types(root, branch, depth + 1, strict))
     return result
 
 
-def _disjoint(root: Any, a: Any, b: Any, depth: int = 0) -> bool:
-    """Whether no value can be valid against both `a` and `b` (False when unsure)."""
-    if not _meet(json_types(root, a), json_types(root, b)):
+def _disjoint(
+    root: Any, a: Any, b: Any, within: frozenset[str] = ALL_TYPES, depth: int = 0, strict: bool = False
+) -> bool:
+    """Whether no value of a type in `within` can be valid against both `a` and `b` (False when unsure)."""
+    common = _meet(_meet(json_types(root, a, strict=strict), json_types(root, b, strict=strict)), within)
+    if not common:
         return True
     values_a, values_b = _value_set(root, a), _value_set(root, b)
     if values_a is not None and values_b is not None:
         return not {_canonical(v) for v in values_a} & {_canonical(v) for v in values_b}
-    if depth > 0:
-        return False
+    if depth > 0 or common != {"object"}:
+        return False  # a required property told apart proves nothing for the other types (Github_trivial o51159)
     a, b = _deref(root, a), _deref(root, b)
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return False
@@ -253,7 +266,7 @@ def _disjoint(root: Any, a: Any, b: Any, depth: int = 0) -> bool:
     required = set(_names(a.get("required"))) & set(_names(b.get("required")))
     return any(
         isinstance(props_a, dict) and isinstance(props_b, dict) and name in props_a and name in props_b
-        and _disjoint(root, props_a[name], props_b[name], depth + 1)
+        and _disjoint(root, props_a[name], props_b[name], ALL_TYPES, depth + 1, strict)
         for name in required
     )  # fmt: skip
 
@@ -273,15 +286,18 @@ def _names(value: Any) -> Iterator[str]:
     return (n for n in value if isinstance(n, str)) if isinstance(value, list) else iter(())
 
 
-def overlapping_one_of(root: Any, label: str) -> list[KeywordUse]:
-    """`oneOf`s whose branches may overlap: compiled as `anyOf`, exclusivity is not enforced."""
+def overlapping_one_of(root: Any, label: str, strict: bool = False) -> list[KeywordUse]:
+    """`oneOf`s whose branches may overlap: compiled as `anyOf`, exclusivity is not enforced. Only the types the
+    node itself admits count (`{"type": "object", "oneOf": [...]}` weighs objects alone); `strict`: parley's
+    strict reading of untyped branches (`STRICT_INFERS`), which the grammars then generate."""
     out: list[KeywordUse] = []
     for path, node in iter_subschemas(root, label, UNREAD):
         branches = node.get("oneOf")
         if not isinstance(branches, list) or len(branches) < 2:
             continue
+        within = json_types(root, {key: value for key, value in node.items() if key != "oneOf"})
         pairs = ((a, b) for i, a in enumerate(branches) for b in branches[i + 1 :])
-        if not all(_disjoint(root, a, b) for a, b in pairs):
+        if not all(_disjoint(root, a, b, within, strict=strict) for a, b in pairs):
             out.append(KeywordUse("oneOf", path, node, "branches may overlap; exclusivity is not enforced"))
     return out
 

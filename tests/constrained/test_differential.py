@@ -41,6 +41,7 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | a branch (`oneOf`...) next to `properties` | (the tests) | `{"b":2,"a":1}` (Github_hard o61027) | branches first |
 | `required` names not in `properties` | (the tests) | `{"b":2,"a":1,"r":3}` (branch `b`) | after own names |
 | `(a+b)?` in a pattern | xgrammar | none: `"-P0Y0"` passed silently (Github_trivial o41609) | validated |
+| untyped `oneOf` branches | every backend | none: `{"creditcard":"x"}` passed (Github_trivial o51159) | validated |
 | a branch that is only `not` | (the tests) | `{"LastName":"","Age":0.0}` (Github_trivial o21864) | no branch order |
 
 Key order: llguidance writes a subschema's keywords in the order written, xgrammar its `$ref`/`anyOf`/`oneOf`/
@@ -582,3 +583,36 @@ def test_optional_groups_xgrammar_reads_right_are_not_flagged(smol_tokenizer: An
     for text in ("xa", "xb", "xab", "xaab", "xbab", "x"):
         matcher.reset()
         assert feed(matcher, smol_tokenizer, json.dumps(text)) == bool(re.fullmatch(pattern, text)), text
+
+
+CARD = [
+    {"additionalProperties": False, "properties": {"provider": {"enum": ["mastercard"], "type": "string"}},
+     "required": ["provider"]},
+    {"additionalProperties": False,
+     "properties": {"provider": {"enum": ["visa"], "type": "string"}, "securitycode": {"type": "integer"}},
+     "required": ["provider", "securitycode"]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["xgrammar", "llguidance", "auto"])
+def test_a_oneof_told_apart_only_among_objects_is_validated_where_other_types_may_match(
+    smol_tokenizer: Any, backend: str
+) -> None:
+    """Github_trivial o51159: untyped branches that differ on a required property exclude each other as objects
+    only; a string matches both, so `oneOf` refuses it, and every backend generated it unvalidated."""
+    schema = {"type": "object", "properties": {"creditcard": {"oneOf": CARD}}}
+    visa = '{"creditcard":{"provider":"visa","securitycode":1}}'
+    for text in ('{"creditcard":"x"}', '{"creditcard":7}', '{"creditcard":2.5}'):
+        assert not validator(schema).is_valid(json.loads(text))
+    loose = compiled(smol_tokenizer, schema, backend, strict=False)
+    assert loose.needs_validation and any("'oneOf'" in w for w in loose.warnings), loose.warnings
+    assert feed(loose, smol_tokenizer, visa)
+    with pytest.raises(ValidationFailed):
+        loose.validate('{"creditcard":"x"}')
+    strict = compiled(smol_tokenizer, schema, backend)  # parley's strict reading: the branches are objects
+    assert not any("'oneOf'" in w for w in strict.warnings), strict.warnings
+    assert feed(strict, smol_tokenizer, visa)
+    strict.reset()
+    assert not feed(strict, smol_tokenizer, '{"creditcard":"x"}')
+    typed = compiled(smol_tokenizer, {"type": "object", "oneOf": CARD}, backend, strict=False)  # objects alone
+    assert not any("'oneOf'" in w for w in typed.warnings), typed.warnings
