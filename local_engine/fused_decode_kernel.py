@@ -30,14 +30,17 @@ SOURCE = r"""
 #include <omp.h>
 #include <sched.h>
 #include <atomic>
+#include <chrono>
 #include <exception>
+#include <map>
+#include <string>
 #include <pybind11/pybind11.h>
 
 namespace {
 
 constexpr int64_t PARTS = 4;  // a GEMM's tensors: packed weights, scales, minimums, column scales
 
-// A barrier that spins (then yields): a step's ~240 waits of a few microseconds each. OpenMP's own barrier
+// A barrier that spins (then yields): a step's ~300 waits of a few microseconds each. OpenMP's own barrier
 // sleeps in the kernel at once whenever the process has more OpenMP threads than cores (libgomp's throttled
 // spin: the server's main thread owns a team too), and each wake-up then costs tens of microseconds.
 struct SpinBarrier {
@@ -61,24 +64,65 @@ struct SpinBarrier {
   }
 };
 
-// One layer matrix: its packed tiles, the output width, the bias (or empty) and the step's output buffer.
+// Where the calling thread's time in a step goes (benchmarks/decode_profile.py): off unless switched on, then
+// microseconds summed per phase until read.
+enum Phase { SERIAL_QKV, SERIAL_ATTN_OUT, SERIAL_O, SERIAL_SWIGLU, SERIAL_DOWN, SERIAL_HEAD, TILES, ATTENTION, WAIT,
+             STEPS, PHASES };
+const char* const PHASE_NAMES[PHASES] = {"rope_kv_write", "attention_out", "o_add_norm", "swiglu",
+                                         "down_add_norm", "final_norm", "gemm_tiles", "attention", "barrier_wait",
+                                         "steps"};
+std::atomic<bool> profiling{false};
+double phase_us[PHASES] = {};
+inline double now_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+struct PhaseTimer {  // adds the time from construction to destruction to one phase, when profiling
+  int phase;
+  bool on;
+  double start;
+  explicit PhaseTimer(int p, bool active = true) : phase(p), on(active && profiling.load(std::memory_order_relaxed)),
+                                                   start(on ? now_us() : 0.0) {}
+  ~PhaseTimer() { if (on) phase_us[phase] += now_us() - start; }
+};
+
+// One layer matrix: its packed tiles, the output width, the bias (or empty) and the step's output buffer
+// [T, 16 tiles]; `result` is where the finished output [T, out_features] is read: the buffer itself when it has
+// no padding and no bias, else `compact` (or a caller's buffer), which `finish` fills.
 struct Matrix {
   Packed w;
   int64_t out_features;
-  torch::Tensor bias;
-  torch::Tensor out;  // [T, 16 tiles], written tile by tile
-  float* out_ptr;
+  const float* bias;
+  float* out;
+  float* result;
 };
 
-// The GEMM's result as the Python path has it: the first out_features columns, contiguous, bias added.
-torch::Tensor finished(const Matrix& mx) {
-  auto out = mx.out;
-  if (out.size(1) != mx.out_features) out = out.slice(1, 0, mx.out_features).contiguous();
-  if (mx.bias.numel() > 0) out = out.add_(mx.bias);
-  return out;
+// The GEMM's result as the Python path has it (the first out_features columns, contiguous, bias added), into
+// mx.result; the same single float add per value as ATen's add_.
+void finish(const Matrix& mx, int64_t T) {
+  if (mx.result == mx.out) return;
+  const int64_t ld = mx.w.T * TILE, n = mx.out_features;
+  for (int64_t r = 0; r < T; ++r) {
+    const float* src = mx.out + r * ld;
+    float* dst = mx.result + r * n;
+    if (mx.bias)
+      for (int64_t c = 0; c < n; ++c) dst[c] = src[c] + mx.bias[c];
+    else
+      std::memcpy(dst, src, n * sizeof(float));
+  }
 }
 
 }  // namespace
+
+// Switches the phase timers on or off; returns {phase name: microseconds} summed since the last call (and resets).
+std::map<std::string, double> fused_phases(bool enable) {
+  std::map<std::string, double> out;
+  for (int p = 0; p < PHASES; ++p) {
+    out[PHASE_NAMES[p]] = phase_us[p];
+    phase_us[p] = 0.0;
+  }
+  profiling.store(enable);
+  return out;
+}
 
 // residual [T, hidden] (the embedded tokens; updated in place and returned: the last layer's output, before the
 // final norm); h [T, hidden] its first norm; qkv [T, H*D + 2*KVH*D] the step's buffer; rope [T, H + KVH, D/2]
@@ -100,89 +144,126 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
                             torch::Tensor norm_weight) {
   const int64_t layers = kv_cache.size(0);
   const int64_t T = residual.size(0), hidden = residual.size(1);
-  const int64_t qs = heads * head_dim, kvs = kv_heads * head_dim;
+  const int64_t qs = heads * head_dim, kvs = kv_heads * head_dim, width = qs + 2 * kvs;
   TORCH_CHECK((int64_t)weights.size() == 4 * PARTS * layers && (int64_t)meta.size() == 8 * layers &&
                   (int64_t)biases.size() == 4 * layers && (int64_t)sinks.size() == layers &&
                   (int64_t)layer_layout.size() == layers && groups.size() % 3 == 0 &&
                   group_meta.size() == groups.size(),
               "decode_layers: per-layer lists disagree with the cache's layer count");
   TORCH_CHECK(residual.is_contiguous() && residual.scalar_type() == at::kFloat && h.is_contiguous() &&
-                  h.sizes() == residual.sizes(),
+                  h.sizes() == residual.sizes() && h.scalar_type() == at::kFloat,
               "decode_layers: residual and h must be contiguous [T, hidden] float32");
-  TORCH_CHECK(qkv.size(0) == T && qkv.size(1) == qs + 2 * kvs && qkv.is_contiguous(), "decode_layers: bad qkv");
+  TORCH_CHECK(qkv.dim() == 2 && qkv.size(0) == T && qkv.size(1) == width && qkv.is_contiguous() &&
+                  qkv.scalar_type() == at::kFloat,
+              "decode_layers: bad qkv");
   TORCH_CHECK(rope.is_complex() && rope.size(0) == T && rope.size(1) == heads + kv_heads, "decode_layers: rope");
-  // every matrix checked and its output buffer made before any work: nothing below throws on bad arguments
+  TORCH_CHECK(kv_cache.dim() == 4 && kv_cache.is_contiguous() && kv_cache.scalar_type() == at::kFloat &&
+                  kv_cache.size(1) == 2 * kv_heads && kv_cache.size(3) == head_dim,
+              "decode_layers: kv_cache must be contiguous [layers, 2*KVH, S, D] float32");
+  TORCH_CHECK(slots.dim() == 1 && slots.numel() == T && slots.scalar_type() == at::kLong, "decode_layers: slots");
+  slots = slots.contiguous();
+  const int64_t S = kv_cache.size(2);
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  for (int64_t r = 0; r < T; ++r) TORCH_CHECK(slot[r] >= 0 && slot[r] < S, "decode_layers: a slot is out of range");
+  // every matrix checked and its buffers made before any work: nothing below throws on bad arguments
+  auto fopts = residual.options();
+  std::vector<torch::Tensor> keep;  // buffers the Matrix pointers read
   std::vector<Matrix> mats;
-  mats.reserve(4 * layers);
+  mats.reserve(4 * layers + 1);
+  auto matrix = [&](Packed w, int64_t out_features, const torch::Tensor& bias, float* result) {
+    TORCH_CHECK(w.T * TILE >= out_features, "decode_layers: out_features exceed the packed tiles");
+    TORCH_CHECK(bias.numel() == 0 || (bias.numel() == out_features && bias.scalar_type() == at::kFloat &&
+                                      bias.is_contiguous()),
+                "decode_layers: a bias must have out_features float32 values");
+    const bool padded = w.T * TILE != out_features || bias.numel() > 0;
+    float* out = nullptr;
+    if (!padded && result != nullptr) {
+      out = result;  // the GEMM writes its result in place
+    } else {
+      keep.push_back(torch::empty({T, w.T * TILE}, fopts));
+      out = keep.back().data_ptr<float>();
+    }
+    if (result == nullptr && !padded) result = out;
+    if (result == nullptr) {
+      keep.push_back(torch::empty({T, out_features}, fopts));
+      result = keep.back().data_ptr<float>();
+    }
+    mats.push_back(Matrix{w, out_features, bias.numel() ? bias.data_ptr<float>() : nullptr, out, result});
+  };
   const int64_t widths[4] = {hidden, qs, hidden, inter};  // the input width of qkv, o, gate_up, down
   for (int64_t l = 0; l < layers; ++l)
     for (int64_t j = 0; j < 4; ++j) {
       const int64_t at = 4 * PARTS * l + PARTS * j;
       Packed w = packed_of(weights[at], weights[at + 1], weights[at + 2], weights[at + 3], meta[8 * l + j],
                            widths[j]);
-      auto out = torch::empty({T, w.T * TILE}, residual.options());
-      TORCH_CHECK(w.T * TILE >= meta[8 * l + 4 + j], "decode_layers: out_features exceed the packed tiles");
-      mats.push_back(Matrix{w, meta[8 * l + 4 + j], biases[4 * l + j], out, out.data_ptr<float>()});
+      matrix(w, meta[8 * l + 4 + j], biases[4 * l + j], j == 0 ? qkv.data_ptr<float>() : nullptr);
     }
   const bool with_head = !head.empty();
+  torch::Tensor logits;
   if (with_head) {
     TORCH_CHECK(head.size() == PARTS && norm_weight.numel() == hidden, "decode_layers: head and final norm");
     Packed w = packed_of(head[0], head[1], head[2], head[3], head_bits, hidden);
-    TORCH_CHECK(w.T * TILE >= vocab, "decode_layers: the head's vocabulary exceeds its packed tiles");
-    auto out = torch::empty({T, w.T * TILE}, residual.options());
-    mats.push_back(Matrix{w, vocab, torch::Tensor(), out, out.data_ptr<float>()});
+    logits = torch::empty({T, vocab}, fopts);
+    matrix(w, vocab, torch::Tensor(), logits.data_ptr<float>());
   }
-  TORCH_CHECK(mats[2].out_features == 2 * inter && mats[0].out_features == qs + 2 * kvs &&
+  TORCH_CHECK(mats[2].out_features == 2 * inter && mats[0].out_features == width &&
                   mats[1].out_features == hidden && mats[3].out_features == hidden,
               "decode_layers: matrix shapes disagree with the model's");
+  // Decode groups: each has its q rows (a range of the step's rows, or gathered), its output buffer, and its
+  // attention arguments for layer 0 (a layer moves the KV pointer); every layout's groups cover rows [0, T).
   const int64_t n_groups = (int64_t)groups.size() / 3;
-  std::vector<int64_t> decode_rows(64, 0);  // per layout: its decode rows (the end of its last group)
-  for (int64_t g = 0; g < n_groups; ++g) {
-    const int64_t layout = group_meta[3 * g];
-    TORCH_CHECK(layout >= 0 && layout < 64, "decode_layers: layout index");
-    decode_rows[layout] = std::max(decode_rows[layout], group_meta[3 * g + 2]);
-  }
-  for (int64_t l = 0; l < layers; ++l) {
-    bool found = false;
-    for (int64_t g = 0; g < n_groups; ++g) found = found || group_meta[3 * g] == layer_layout[l];
-    TORCH_CHECK(found, "decode_layers: a layer reads a layout with no decode group");
-  }
-  const bool simd = use_simd && simd_ok();
-  auto q = qkv.slice(1, 0, qs);
-  auto qk_c = torch::view_as_complex(qkv.slice(1, 0, qs + kvs).view({T, heads + kv_heads, head_dim / 2, 2}));
-  auto kv_new = qkv.slice(1, qs).view({T, 2 * kv_heads, head_dim}).transpose(0, 1);
-  // A layer's attention: per decode group of its layout, that group's rows of q (a view, or gathered) and a
-  // zeroed output; its tasks (row, KV head) are shared out across the team; the groups' outputs then go to
-  // their rows (`attention_plan`'s `grouped`, the same copies).
   struct Job {
-    torch::Tensor qr, out, rows;
-    int64_t start, end;
+    const int64_t* rows;  // nullptr: the range [start, end)
+    int64_t start, end, layout;
+    float* qr;  // gathered q rows, or nullptr (read in place)
+    torch::Tensor q_rows, out;  // the buffers the pointers read
     Attention a;
   };
   std::vector<Job> jobs;
-  auto prepare_attention = [&](int64_t layout, const torch::Tensor& kvc, const torch::Tensor& sink) {
-    jobs.clear();
-    for (int64_t g = 0; g < n_groups; ++g) {
-      if (group_meta[3 * g] != layout) continue;
-      const int64_t start = group_meta[3 * g + 1], end = group_meta[3 * g + 2];
-      const auto& rows = groups[3 * g];
-      auto qr = rows.numel() == 0 ? q.slice(0, start, end) : q.index_select(0, rows);
-      auto out = torch::zeros({qr.size(0), qs}, q.options().memory_format(at::MemoryFormat::Contiguous));
-      Attention a = attention_of(qr, kvc, groups[3 * g + 1], groups[3 * g + 2], sink, kv_heads, out);
-      jobs.push_back(Job{qr, out, rows, start, end, a});
+  std::vector<int64_t> covered(64, 0);
+  auto kv0 = kv_cache.select(0, 0);
+  auto q_all = qkv.slice(1, 0, qs);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const int64_t layout = group_meta[3 * g], start = group_meta[3 * g + 1], end = group_meta[3 * g + 2];
+    TORCH_CHECK(layout >= 0 && layout < 64 && 0 <= start && start <= end && end <= T, "decode_layers: a group");
+    const auto& rows = groups[3 * g];
+    torch::Tensor qr;
+    if (rows.numel() == 0) {
+      qr = q_all.slice(0, start, end);
+    } else {
+      TORCH_CHECK(rows.scalar_type() == at::kLong && rows.is_contiguous(), "decode_layers: a group's rows");
+      const int64_t* rp = rows.data_ptr<int64_t>();
+      for (int64_t i = 0; i < rows.numel(); ++i) TORCH_CHECK(rp[i] >= 0 && rp[i] < T, "decode_layers: a group row");
+      qr = torch::empty({rows.numel(), qs}, fopts);
     }
-  };
-  auto attention_output = [&](int64_t layout) -> torch::Tensor {
-    if (jobs.size() == 1 && jobs[0].rows.numel() == 0 && jobs[0].start == 0 && jobs[0].end == decode_rows[layout])
-      return jobs[0].out;
-    auto out = torch::empty({decode_rows[layout], qs}, q.options());
-    for (const Job& job : jobs) {
-      if (job.rows.numel() == 0) out.slice(0, job.start, job.end).copy_(job.out);
-      else out.index_copy_(0, job.rows, job.out);
-    }
-    return out;
-  };
+    auto out = torch::zeros({qr.size(0), qs}, fopts);
+    Attention a = attention_of(qr, kv0, groups[3 * g + 1], groups[3 * g + 2], torch::empty({0}, fopts), kv_heads,
+                               out);
+    covered[layout] += qr.size(0);
+    jobs.push_back(Job{rows.numel() ? rows.data_ptr<int64_t>() : nullptr, start, end, layout,
+                       rows.numel() ? qr.data_ptr<float>() : nullptr, qr, out, a});
+  }
+  for (int64_t l = 0; l < layers; ++l) {
+    TORCH_CHECK(layer_layout[l] >= 0 && layer_layout[l] < 64 && covered[layer_layout[l]] == T,
+                "decode_layers: a layer's layout has no decode groups covering the step's rows");
+    TORCH_CHECK(sinks[l].numel() == 0 || (sinks[l].numel() == heads && sinks[l].scalar_type() == at::kFloat &&
+                                          sinks[l].is_contiguous()),
+                "decode_layers: sinks must be [KVH, G] float32");
+  }
+  const int64_t layer_stride = 2 * kv_heads * S * head_dim;
+  float* kv_base = kv_cache.data_ptr<float>();
+  float* qkv_p = qkv.data_ptr<float>();
+  float* res_p = residual.data_ptr<float>();
+  auto h_buf = torch::empty({T, hidden}, fopts), act_buf = torch::empty({T, inter}, fopts);
+  auto attn_buf = torch::empty({T, qs}, fopts);
+  float* h_p = h_buf.data_ptr<float>();  // the norms' output (the caller's h is only read)
+  float* act_p = act_buf.data_ptr<float>();
+  int64_t max_l = 1;
+  for (const Job& job : jobs) max_l = std::max(max_l, job.a.L);
+  auto qk_c = torch::view_as_complex(qkv.slice(1, 0, qs + kvs).view({T, heads + kv_heads, head_dim / 2, 2}));
   const bool attention_avx2 = attention_simd();
+  const bool simd = use_simd && simd_ok();
+  const float feps = (float)eps;
   RowScratch scratch;  // the step's quantised activations, shared by the team
   SpinBarrier barrier;
   std::atomic<bool> failed{false};
@@ -191,14 +272,20 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
   pybind11::gil_scoped_release no_gil;
   const int entry_threads = omp_get_max_threads();  // the caller's own count, given back at the end
   omp_set_num_threads((int)std::max<int64_t>(1, threads));
-  // Phases alternate: the calling thread (0) runs the ops between GEMMs and quantises the next GEMM's input;
-  // then every thread takes its share of that GEMM's tiles. A barrier closes each phase.
+  // Phases alternate: the calling thread (0) runs the ops between GEMMs and quantises the next GEMM's input in
+  // the same phase; then every thread takes its share of that GEMM's tiles, or of the attention tasks. A
+  // barrier closes each phase: 10 a layer.
 #pragma omp parallel
   {
     const int tid = omp_get_thread_num(), team = omp_get_num_threads();
     Rows rows{};
-    auto serial = [&](auto&& work) {  // thread 0 only; an exception stops the whole team at the next barrier
+    auto wait = [&] {
+      PhaseTimer t(WAIT, tid == 0);
+      barrier.wait(team);
+    };
+    auto serial = [&](int phase, auto&& work) {  // thread 0 only; an exception stops the team at the next barrier
       if (tid == 0 && !failed.load()) {
+        PhaseTimer t(phase);
         try {
           work();
         } catch (...) {
@@ -206,70 +293,117 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
           failed.store(true);
         }
       }
-      barrier.wait(team);
+      wait();
     };
-    auto gemm = [&](const Matrix& mx, const torch::Tensor& x) {  // x is quantised by thread 0, then tiles split
-      serial([&] {
-        rows = scratch.reserve(T, mx.w.K);
-        TORCH_CHECK(x.is_contiguous() && x.size(1) == mx.w.K, "decode_layers: a GEMM's input");
-        quantize_rows(simd, x.data_ptr<float>(), mx.w.cs, rows, 0, T);
-      });
+    auto quantize = [&](const Matrix& mx, const float* x) {  // thread 0, inside a serial phase
+      rows = scratch.reserve(T, mx.w.K);
+      quantize_rows(simd, x, mx.w.cs, rows, 0, T);
+    };
+    auto tiles = [&](const Matrix& mx) {  // every thread, its share of the tiles of x quantised just before
       if (tid != 0) rows = scratch.reserve(0, mx.w.K);  // the same buffers (reserve never shrinks)
       if (!failed.load()) {
+        PhaseTimer t(TILES, tid == 0);
         const int64_t chunk = (mx.w.T + team - 1) / team;
         const int64_t t0 = std::min<int64_t>(mx.w.T, tid * chunk), t1 = std::min<int64_t>(mx.w.T, t0 + chunk);
-        gemm_tiles(mx.w, simd, rows, T, t0, t1, mx.out_ptr);
+        gemm_tiles(mx.w, simd, rows, T, t0, t1, mx.out);
       }
-      barrier.wait(team);
+      wait();
     };
-    torch::Tensor attn, act, normed;
-    std::vector<float> probs;  // this thread's attention scratch
+    std::vector<float> probs(max_l);  // this thread's attention scratch
+    serial(SERIAL_DOWN, [&] { quantize(mats[0], h.data_ptr<float>()); });
     for (int64_t l = 0; l < layers && !failed.load(); ++l) {
       const Matrix* mx = mats.data() + 4 * l;
-      gemm(mx[0], h);
-      serial([&] {
-        auto kvc = kv_cache.select(0, l);
-        qkv.copy_(finished(mx[0]));
+      const int64_t layout = layer_layout[l];
+      float* kvl = kv_base + l * layer_stride;
+      tiles(mx[0]);
+      serial(SERIAL_QKV, [&] {
+        finish(mx[0], T);  // into qkv
         qk_c.mul_(rope);
-        kvc.index_copy_(1, slots, kv_new);
-        prepare_attention(layer_layout[l], kvc, sinks[l]);
+        for (int64_t r = 0; r < T; ++r)  // the new keys and values to their slots (`index_copy_`)
+          for (int64_t j = 0; j < 2 * kv_heads; ++j)
+            std::memcpy(kvl + (j * S + slot[r]) * head_dim, qkv_p + r * width + qs + j * head_dim,
+                        head_dim * sizeof(float));
+        for (Job& job : jobs) {
+          if (job.layout != layout) continue;
+          job.a.kv = kvl;
+          job.a.sinks = sinks[l].numel() ? sinks[l].data_ptr<float>() : nullptr;
+          std::memset(job.a.out, 0, job.a.B * qs * sizeof(float));
+          if (job.rows)
+            for (int64_t i = 0; i < job.a.B; ++i)
+              std::memcpy(job.qr + i * qs, qkv_p + job.rows[i] * width, qs * sizeof(float));
+        }
       });
-      if (!failed.load()) {  // the tasks of every group, numbered in a row, split evenly across the team
+      if (!failed.load()) {  // the tasks (row, query head) of every group, numbered in a row, split evenly
+        PhaseTimer t(ATTENTION, tid == 0);
         int64_t total = 0;
-        for (const Job& job : jobs) total += job.a.B * job.a.KVH;
+        for (const Job& job : jobs)
+          if (job.layout == layout) total += job.a.B * job.a.H;
         const int64_t chunk = (total + team - 1) / team;
         const int64_t t0 = std::min<int64_t>(total, tid * chunk), t1 = std::min<int64_t>(total, t0 + chunk);
         int64_t base = 0;
         for (const Job& job : jobs) {
-          const int64_t n = job.a.B * job.a.KVH;
+          if (job.layout != layout) continue;
+          const int64_t n = job.a.B * job.a.H;
           const int64_t lo = std::max<int64_t>(t0, base), hi = std::min<int64_t>(t1, base + n);
-          if ((int64_t)probs.size() < job.a.G * job.a.L) probs.resize(job.a.G * job.a.L);
           for (int64_t task = lo; task < hi; ++task) attention_task(job.a, task - base, probs.data(), attention_avx2);
           base += n;
         }
       }
-      barrier.wait(team);
-      serial([&] { attn = attention_output(layer_layout[l]); });
-      gemm(mx[1], attn);
-      serial([&] { h = add_rms_rows_(residual, finished(mx[1]), eps); });
-      gemm(mx[2], h);
-      serial([&] { act = swiglu_rows(finished(mx[2]), inter); });
-      gemm(mx[3], act);
-      serial([&] {
-        if (l == layers - 1) residual.add_(finished(mx[3]));
-        else h = add_rms_rows_(residual, finished(mx[3]), eps);
+      wait();
+      serial(SERIAL_ATTN_OUT, [&] {  // the groups' outputs to their rows, then the o GEMM's input quantised
+        const float* attn = nullptr;
+        for (const Job& job : jobs) {
+          if (job.layout != layout) continue;
+          if (job.rows == nullptr && job.start == 0 && job.end == T) {
+            attn = job.a.out;
+            continue;
+          }
+          float* dst = attn_buf.data_ptr<float>();
+          attn = dst;
+          for (int64_t i = 0; i < job.a.B; ++i)
+            std::memcpy(dst + (job.rows ? job.rows[i] : job.start + i) * qs, job.a.out + i * qs, qs * sizeof(float));
+        }
+        quantize(mx[1], attn);
+      });
+      tiles(mx[1]);
+      serial(SERIAL_O, [&] {
+        finish(mx[1], T);
+        normalize_rows(res_p, mx[1].result, h_p, T, hidden, feps);
+        quantize(mx[2], h_p);
+      });
+      tiles(mx[2]);
+      serial(SERIAL_SWIGLU, [&] {
+        finish(mx[2], T);
+        for (int64_t r = 0; r < T; ++r) swiglu_row(mx[2].result + r * 2 * inter, act_p + r * inter, inter);
+        quantize(mx[3], act_p);
+      });
+      tiles(mx[3]);
+      serial(SERIAL_DOWN, [&] {
+        finish(mx[3], T);
+        if (l == layers - 1) {
+          for (int64_t i = 0; i < T * hidden; ++i) res_p[i] += mx[3].result[i];
+        } else {
+          normalize_rows(res_p, mx[3].result, h_p, T, hidden, feps);
+          quantize(mats[4 * (l + 1)], h_p);
+        }
       });
     }
     if (with_head && !failed.load()) {  // the logits of every row, as `compute_logits` makes them
-      serial([&] { normed = torch::rms_norm(residual, {hidden}, norm_weight, eps); });
-      gemm(mats.back(), normed);
+      torch::Tensor normed;
+      serial(SERIAL_HEAD, [&] {
+        normed = torch::rms_norm(residual, {hidden}, norm_weight, eps);
+        quantize(mats.back(), normed.data_ptr<float>());
+      });
+      tiles(mats.back());
+      if (tid == 0 && !failed.load()) finish(mats.back(), T);
     }
   }
   omp_set_num_threads(entry_threads);
+  if (profiling.load(std::memory_order_relaxed)) phase_us[STEPS] += 1;
   if (error) std::rethrow_exception(error);
-  if (with_head) return {residual, finished(mats.back())};
+  if (with_head) return {residual, logits};
   return {residual};
 }
 """
 
-FUNCTIONS = ["decode_layers"]
+FUNCTIONS = ["decode_layers", "fused_phases"]

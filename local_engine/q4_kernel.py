@@ -56,6 +56,11 @@ namespace {
 
 constexpr int GROUP = 32;
 constexpr int TILE = 16;
+// Software prefetch distance of the weight stream, in bytes of packed 4-bit weights ahead (scales: the same number of
+// groups ahead). A decode GEMV streams every weight once from DRAM and does little work per byte: the hardware
+// prefetcher alone left the 4-bit layer GEMVs of SmolLM2-135M ~10 % slower on a 2-core AMD EPYC (AVX2), at 1 and
+// 2 threads (0 / 512 / 1024 / 2048 / 4096 bytes measured side by side: 2048 and 4096 were best, alike).
+constexpr int PREFETCH = 2048;
 
 struct Rows {  // activation rows quantised per group of 32
   const int8_t* q;      // [M, K]
@@ -308,6 +313,13 @@ void tile_avx2(const uint8_t* qs, const S* d, const S* m, const Rows& x, int64_t
       __m256i is[NS][R];
       if (Q4) {
         const uint8_t* p = qs + g * 256 + j * 32;
+        if (j == 0) {  // the first pass over the tile's groups: fetch ahead
+          for (int c = 0; c < 4; ++c) _mm_prefetch((const char*)(p + PREFETCH + c * 64), _MM_HINT_T0);
+          if ((g & 1) == 0) {
+            _mm_prefetch((const char*)(d + g * TILE) + PREFETCH / 8, _MM_HINT_T0);
+            if (MIN) _mm_prefetch((const char*)(m + g * TILE) + PREFETCH / 8, _MM_HINT_T0);
+          }
+        }
         __m256i s16[R];
         for (int r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
         for (int c = 0; c < 4; ++c) {
@@ -325,6 +337,10 @@ void tile_avx2(const uint8_t* qs, const S* d, const S* m, const Rows& x, int64_t
         for (int h = 0; h < NS; ++h)
           for (int r = 0; r < R; ++r) is[h][r] = _mm256_setzero_si256();
         const uint8_t* p = qs + g * 512 + j * 32;
+        if (j == 0) {  // the first pass over the tile's groups: fetch ahead
+          for (int c = 0; c < 8; ++c) _mm_prefetch((const char*)(p + PREFETCH + c * 64), _MM_HINT_T0);
+          if ((g & 1) == 0) _mm_prefetch((const char*)(d + g * NS * TILE) + PREFETCH / 16, _MM_HINT_T0);
+        }
         for (int c = 0; c < 8; ++c) {
           const int h = HALF && c >= 4;
           const __m256i w = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(p + c * 64)), flip);

@@ -57,8 +57,18 @@ void normalize_rows(float* res, const float* delta, float* out, int64_t M, int64
 
 }  // namespace
 
-// silu(gate) * up per value of gate_up [M, 2 * inter] (gate half, then up half) -> [M, inter], contiguous for the
-// down GEMM; silu(g) = g / (1 + e^-g)
+namespace {
+
+// One row: o[k] = silu(g[k]) * u[k], g = gate_up[0, inter), u = gate_up[inter, 2 inter); silu(g) = g / (1 + e^-g)
+inline void swiglu_row(const float* gate_up, float* o, int64_t inter) {
+  const float* u = gate_up + inter;
+  for (int64_t k = 0; k < inter; ++k) o[k] = gate_up[k] / (1.0f + std::exp(-gate_up[k])) * u[k];
+}
+
+}  // namespace
+
+// swiglu_row per row of gate_up [M, 2 * inter] (gate half, then up half) -> [M, inter], contiguous for the
+// down GEMM
 torch::Tensor swiglu_rows(torch::Tensor gate_up, int64_t inter) {
   check_rows(gate_up, "gate_up");
   TORCH_CHECK(gate_up.size(1) == 2 * inter, "gate_up must be [M, 2 * inter]");
@@ -67,12 +77,7 @@ torch::Tensor swiglu_rows(torch::Tensor gate_up, int64_t inter) {
   const float* gu = gate_up.data_ptr<float>();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, M, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, inter)), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const float* g = gu + r * 2 * inter;
-      const float* u = g + inter;
-      float* o = op + r * inter;
-      for (int64_t k = 0; k < inter; ++k) o[k] = g[k] / (1.0f + std::exp(-g[k])) * u[k];
-    }
+    for (int64_t r = b; r < e; ++r) swiglu_row(gu + r * 2 * inter, op + r * inter, inter);
   });
   return out;
 }
@@ -102,7 +107,47 @@ inline void add_scaled_avx2(float* o, float w, const float* v, int64_t D) {  // 
   for (; d < D; ++d) o[d] += w * v[d];
 }
 
-// One decode attention call's arguments; its work is B * KVH tasks (row b, KV head h), each independent.
+// Scores of 4 slots at once against one query: 4 independent dot_lanes_avx2 chains (the same multiply, add and
+// tree per slot, so each score is bitwise dot_lanes), for the instruction-level parallelism one chain lacks.
+__attribute__((target("avx2")))
+inline void dot4_avx2(const float* q, const float* k0, const float* k1, const float* k2, const float* k3,
+                      int64_t D, float* out) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  for (int64_t k = 0; k < D; k += LANES) {  // D % 8 == 0 (the caller checks)
+    const __m256 qv = _mm256_loadu_ps(q + k);
+    a0 = _mm256_add_ps(a0, _mm256_mul_ps(qv, _mm256_loadu_ps(k0 + k)));
+    a1 = _mm256_add_ps(a1, _mm256_mul_ps(qv, _mm256_loadu_ps(k1 + k)));
+    a2 = _mm256_add_ps(a2, _mm256_mul_ps(qv, _mm256_loadu_ps(k2 + k)));
+    a3 = _mm256_add_ps(a3, _mm256_mul_ps(qv, _mm256_loadu_ps(k3 + k)));
+  }
+  float l[4][LANES];
+  _mm256_storeu_ps(l[0], a0);
+  _mm256_storeu_ps(l[1], a1);
+  _mm256_storeu_ps(l[2], a2);
+  _mm256_storeu_ps(l[3], a3);
+  for (int i = 0; i < 4; ++i)
+    out[i] = ((l[i][0] + l[i][4]) + (l[i][2] + l[i][6])) + ((l[i][1] + l[i][5]) + (l[i][3] + l[i][7]));
+}
+
+// o[0, D) = sum over slots of w_l * v_l, each value accumulated in slot order (a multiply, then an add, from 0:
+// the scalar loop's roundings), 64 values at a time held in registers across the slots.
+__attribute__((target("avx2")))
+inline void weighted_sum_avx2(float* o, const float* w, const float* kv, const int64_t* idx, int64_t L,
+                              int64_t D) {
+  for (int64_t d0 = 0; d0 < D; d0 += 64) {  // D % 8 == 0
+    const int n = (int)std::min<int64_t>(8, (D - d0) / LANES);
+    __m256 acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t l = 0; l < L; ++l) {
+      const __m256 wv = _mm256_set1_ps(w[l]);
+      const float* v = kv + idx[l] * D + d0;
+      for (int j = 0; j < n; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(wv, _mm256_loadu_ps(v + j * LANES)));
+    }
+    for (int j = 0; j < n; ++j) _mm256_storeu_ps(o + d0 + j * LANES, acc[j]);
+  }
+}
+
+// One decode attention call's arguments; its work is B * H tasks (row b, query head), each independent.
 struct Attention {
   const float* q;  // [B, H*D], row stride qstride
   int64_t qstride;
@@ -134,43 +179,47 @@ Attention attention_of(const torch::Tensor& q, const torch::Tensor& kvc, const t
                    out.data_ptr<float>(), B, KVH, S, D, L, H, G};
 }
 
-// Task (row b, KV head h): per query head, scores in slot order, max, e^(s - max) summed in slot order
-// (+ e^(sink - max)), then the values weighted in slot order. `p` holds G * L floats.
+// Task (row b, query head hq, reading KV head hq / G): scores in slot order, max, e^(s - max) summed in slot
+// order (+ e^(sink - max)), then the values weighted in slot order. `p` holds L floats. One task per query head,
+// not per KV head: 9 tasks for SmolLM2's 9 heads (3 KV heads) share out over 2 threads as 5 + 4, not 2 + 1.
 void attention_task(const Attention& a, int64_t task, float* p, bool simd) {
-  const int64_t b = task / a.KVH, h = task % a.KVH, L = a.L, D = a.D, G = a.G;
+  const int64_t b = task / a.H, hq = task % a.H, h = hq / a.G, L = a.L, D = a.D;
   const int64_t* idx = a.gather + b * L;
-  const float* qrow = a.q + b * a.qstride + h * G * D;
-  for (int64_t l = 0; l < L; ++l) {
-    const float* key = a.kv + (h * a.S + idx[l]) * D;
-    const float add = a.mask ? a.mask[b * L + l] : 0.0f;
-    for (int64_t g = 0; g < G; ++g)
-      p[g * L + l] = (simd ? dot_lanes_avx2(qrow + g * D, key, D) : dot_lanes(qrow + g * D, key, D)) + add;
+  const float* qrow = a.q + b * a.qstride + hq * D;
+  const float* keys = a.kv + h * a.S * D;
+  const float* values = a.kv + (a.KVH + h) * a.S * D;
+  const bool fast = simd && D % LANES == 0;
+  int64_t l = 0;
+  if (fast)
+    for (; l + 4 <= L; l += 4)
+      dot4_avx2(qrow, keys + idx[l] * D, keys + idx[l + 1] * D, keys + idx[l + 2] * D, keys + idx[l + 3] * D, D,
+                p + l);
+  for (; l < L; ++l) p[l] = simd ? dot_lanes_avx2(qrow, keys + idx[l] * D, D) : dot_lanes(qrow, keys + idx[l] * D, D);
+  if (a.mask)
+    for (l = 0; l < L; ++l) p[l] = p[l] + a.mask[b * L + l];
+  float mx = a.sinks ? a.sinks[hq] : -INFINITY;
+  for (l = 0; l < L; ++l) mx = std::fmax(mx, p[l]);
+  float sum = 0.0f;
+  for (l = 0; l < L; ++l) {
+    p[l] = std::exp(p[l] - mx);
+    sum += p[l];
   }
-  for (int64_t g = 0; g < G; ++g) {
-    float* pg = p + g * L;
-    float mx = a.sinks ? a.sinks[h * G + g] : -INFINITY;
-    for (int64_t l = 0; l < L; ++l) mx = std::fmax(mx, pg[l]);
-    float sum = 0.0f;
-    for (int64_t l = 0; l < L; ++l) {
-      pg[l] = std::exp(pg[l] - mx);
-      sum += pg[l];
-    }
-    if (a.sinks) sum += std::exp(a.sinks[h * G + g] - mx);
-    const float inv = 1.0f / sum;
-    for (int64_t l = 0; l < L; ++l) pg[l] *= inv;
+  if (a.sinks) sum += std::exp(a.sinks[hq] - mx);
+  const float inv = 1.0f / sum;
+  for (l = 0; l < L; ++l) p[l] *= inv;
+  float* orow = a.out + b * a.H * D + hq * D;
+  if (fast) {
+    weighted_sum_avx2(orow, p, values, idx, L, D);
+    return;
   }
-  float* orow = a.out + b * a.H * D + h * G * D;
-  for (int64_t l = 0; l < L; ++l) {
-    const float* val = a.kv + ((a.KVH + h) * a.S + idx[l]) * D;
-    for (int64_t g = 0; g < G; ++g) {
-      if (simd) {
-        add_scaled_avx2(orow + g * D, p[g * L + l], val, D);
-        continue;
-      }
-      const float w = p[g * L + l];
-      float* o = orow + g * D;
-      for (int64_t d = 0; d < D; ++d) o[d] += w * val[d];
+  for (l = 0; l < L; ++l) {
+    const float* val = values + idx[l] * D;
+    if (simd) {
+      add_scaled_avx2(orow, p[l], val, D);
+      continue;
     }
+    const float w = p[l];
+    for (int64_t d = 0; d < D; ++d) orow[d] += w * val[d];
   }
 }
 
@@ -189,9 +238,9 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor kvc, torch::Tensor
   auto out = torch::zeros({q.size(0), q.size(1)}, q.options().memory_format(at::MemoryFormat::Contiguous));
   const Attention a = attention_of(q, kvc, gather, mask, sinks, kv_heads, out);
   const bool simd = use_simd && attention_simd();
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, a.L * a.D * a.G));
-  at::parallel_for(0, a.B * a.KVH, grain, [&](int64_t begin, int64_t end) {
-    std::vector<float> p(a.G * a.L);
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, a.L * a.D));
+  at::parallel_for(0, a.B * a.H, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> p(a.L);
     for (int64_t task = begin; task < end; ++task) attention_task(a, task, p.data(), simd);
   });
   return out;
