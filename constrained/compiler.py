@@ -251,7 +251,9 @@ def _strip_set(name: str, missing: list[KeywordUse]) -> set[tuple[str, str]]:
 
         missing = [u for u in missing if u.reason not in KEPT]  # a widened pattern is still worth keeping
     elif name == "llguidance":
-        from parley.constrained.backends.llguidance import STRIPPED
+        from parley.constrained.backends.llguidance import KEPT, STRIPPED
+
+        missing = [u for u in missing if u.reason not in KEPT]
     else:
         from parley.constrained.backends.outlines import STRIPPED
 

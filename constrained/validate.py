@@ -85,26 +85,18 @@ def _additional_properties(validator: Any, extra: Any, instance: Any, schema: An
         yield ValidationError(f"Additional properties are not allowed ({', '.join(map(repr, extras))} unexpected)")
 
 
-_HOSTNAME_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
-
-
-def _is_hostname(instance: object) -> bool:
-    """RFC 1123 host names, letters in either case (`jsonschema` checks `hostname` only with the `fqdn` package
-    installed, else never): labels of 1-63 letters, digits and inner hyphens, 253 characters at most."""
-    if not isinstance(instance, str):
-        return True
-    name = instance[:-1] if instance.endswith(".") else instance
-    return 0 < len(name) <= 253 and all(_HOSTNAME_LABEL.fullmatch(label) for label in name.split("."))
-
-
 @functools.cache
 def _format_checker() -> Any:
-    """Draft 2020-12's format checker, with `hostname` checked whether or not `fqdn` is installed."""
+    """Draft 2020-12's format checker, with the formats of `parley.constrained.formats` checked by parley
+    (`jsonschema` checks them only with optional packages installed, or loosely), so the answer does not
+    depend on what is installed."""
     import jsonschema
 
+    from parley.constrained.formats import CHECKS
+
     checker = jsonschema.FormatChecker(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
-    if "hostname" not in checker.checkers:
-        checker.checks("hostname")(_is_hostname)
+    for name, check in CHECKS.items():
+        checker.checks(name)(check)
     return checker
 
 
@@ -112,8 +104,9 @@ def schema_validator(schema: Any) -> Any:
     """A `jsonschema` validator for `schema` as parley reads JSON Schema: the dialect named by `$schema`
     (Draft 2020-12 by default), with three readings fixed whatever the dialect:
 
-    - `format` is an assertion, checked by Draft 2020-12's checker (`uuid` included, and `hostname` with or
-      without `fqdn`): the backends enforce formats, and JSONSchemaBench checks them so; Draft 4's own checker
+    - `format` is an assertion, checked by Draft 2020-12's checker (`uuid` included) and parley's own checks
+      (`parley.constrained.formats`: `date-time`, `duration`, `uri`, `email`, `hostname`... whatever add-ons are
+      installed): the backends enforce formats, and JSONSchemaBench checks them so; Draft 4's own checker
       would pass `"tokenize"` as a uuid;
     - `multipleOf` is decided exactly, on the number the text spelled: `jsonschema` divides floats, so it
       rejects 0.3 as a multiple of 0.1 and passes -43536423848412.805;

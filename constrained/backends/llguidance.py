@@ -85,6 +85,11 @@ INTEGRAL_FLOAT = "an integral float listed here (1.0) is refused as written"
 # Every unenforced use is stripped: llguidance refuses the whole schema otherwise.
 STRIPPED = UNENFORCED | LENGTHS | BOUNDS | {"format", "pattern", "patternProperties", "enum", "const", "multipleOf"}
 LOOKAROUND = "look-arounds and backreferences are not supported"
+# Found by checking the formats exactly (parley.constrained.formats): llguidance's date rules take February 29
+# in any year ("2021-02-29") and a leap second at any hour ("22:59:60Z"). Wider, never narrower: kept, validated.
+LOOSE_DATES = "its date rules admit February 29 in any year and leap seconds at any hour"
+DATE_FORMATS = {"date", "date-time", "time"}
+KEPT = {LOOSE_DATES}
 
 
 def _llg() -> Any:
@@ -122,6 +127,8 @@ def unenforced(schema: Any, root: str, options: JsonOptions) -> list[KeywordUse]
             out.append(use)
         elif use.keyword == "format" and value not in SUPPORTED_FORMATS:
             out.append(use)
+        elif use.keyword == "format" and value in DATE_FORMATS:
+            out.append(KeywordUse(use.keyword, use.path, use.schema, LOOSE_DATES))
         elif use.keyword in BOUNDS and admits_fractions(use.schema) and not {"enum", "const"} & use.schema.keys():
             out.append(KeywordUse(use.keyword, use.path, use.schema, FRACTION_BOUNDS))  # an enum's spellings are fixed
         elif use.keyword == "multipleOf" and admits_fractions(use.schema):

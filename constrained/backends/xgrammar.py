@@ -64,7 +64,12 @@ LOOKAHEAD = "lookaheads are read as always true"
 # Found by the differential tests (Github_trivial o41609): in an optional group that starts or ends with a
 # repeated atom, xgrammar's string regex also admits that atom alone ("-P0Y0" for `^-?P([0-9]+Y)?...$`).
 WIDENED = "its string regex admits more than an optional group with a repeated atom at an end, e.g. (a+b)?"
-KEPT = {LOOKAHEAD, WIDENED}  # wider, never narrower: kept in the grammar and validated
+# Found by checking the formats exactly (parley.constrained.formats): xgrammar's date rules take any day up to 31
+# ("1990-02-31", "2021-02-29") and a leap second at any hour ("22:59:60Z"); they also want an uppercase `T`/`Z`
+# (a price, `choice.costly`).
+LOOSE_DATES = "its date rules admit impossible days (2021-02-29, 1990-02-31) and leap seconds at any hour"
+DATE_FORMATS = {"date", "date-time", "time"}
+KEPT = {LOOKAHEAD, WIDENED, LOOSE_DATES}  # wider: kept in the grammar and validated
 # Stripped from the schema before xgrammar sees it (it would enforce them incorrectly or reject them).
 STRIPPED = {"minLength", "maxLength", "format", "patternProperties", "pattern"} | BOUNDS
 
@@ -113,6 +118,8 @@ def _keyword_rules(uses: list[KeywordUse], lengths_in_grammar: bool, strict: boo
             out.append(use)
         elif use.keyword == "format" and value not in SUPPORTED_FORMATS:
             out.append(use)
+        elif use.keyword == "format" and value in DATE_FORMATS:
+            out.append(replace(use, reason=LOOSE_DATES))
         elif use.keyword == "allOf" and isinstance(value, list) and len(value) > 1:
             out.append(use)
         elif use.keyword == "patternProperties" and use.schema.get("additionalProperties", not strict) is not False:

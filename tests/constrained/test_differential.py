@@ -42,6 +42,7 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | `required` names not in `properties` | (the tests) | `{"b":2,"a":1,"r":3}` (branch `b`) | after own names |
 | `(a+b)?` in a pattern | xgrammar | none: `"-P0Y0"` passed silently (Github_trivial o41609) | validated |
 | untyped `oneOf` branches | every backend | none: `{"creditcard":"x"}` passed (Github_trivial o51159) | validated |
+| `date`, `date-time`, `time` | both | none: `2021-02-29`, `22:59:60Z` passed (exact format checks) | validated |
 | a branch that is only `not` | (the tests) | `{"LastName":"","Age":0.0}` (Github_trivial o21864) | no branch order |
 
 Key order: llguidance writes a subschema's keywords in the order written, xgrammar its `$ref`/`anyOf`/`oneOf`/
@@ -423,12 +424,13 @@ def test_required_names_missing_from_properties_stay_writable(smol_tokenizer: An
 
 # The issue's failing kinds: which backend enforces each exactly (auto picks it), and what is left to validation.
 EXACTLY_ON_LLGUIDANCE = [
-    "enum_with_bounds", "number_enum_with_minimum", "min_max_items", "prefix_items_with_bounds",
-    "pattern_with_format", "pattern_with_lengths", "ref_with_additional_properties", "ref_siblings",
+    "enum_with_bounds", "number_enum_with_minimum", "min_max_items", "prefix_items_with_bounds", "pattern_with_lengths",
+    "ref_with_additional_properties", "ref_siblings",
     "one_of_tagged", "any_of_objects", "any_of_scalars", "all_of_merge", "pattern_properties", "multiple_of",
 ]  # fmt: skip
 LEFT_TO_VALIDATION = {"dependencies": "dependencies", "dependent_required": "dependentRequired",
-                      "unique_items": "uniqueItems", "one_of_overlapping": "oneOf"}  # fmt: skip
+                      "unique_items": "uniqueItems", "one_of_overlapping": "oneOf", "pattern_with_format": "format",
+                      "format_date_time": "format"}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", EXACTLY_ON_LLGUIDANCE)
@@ -616,3 +618,38 @@ def test_a_oneof_told_apart_only_among_objects_is_validated_where_other_types_ma
     assert not feed(strict, smol_tokenizer, '{"creditcard":"x"}')
     typed = compiled(smol_tokenizer, {"type": "object", "oneOf": CARD}, backend, strict=False)  # objects alone
     assert not any("'oneOf'" in w for w in typed.warnings), typed.warnings
+
+
+@pytest.mark.parametrize("backend", ["xgrammar", "llguidance", "auto"])
+@pytest.mark.parametrize(
+    ("fmt", "impossible", "valid"),
+    [("date", "2021-02-29", "2020-02-29"), ("date-time", "2021-02-29T10:00:00Z", "1998-12-31T23:59:60Z"),
+     ("time", "22:59:60Z", "15:59:60-08:00")],
+)  # fmt: skip
+def test_date_formats_stay_in_the_grammar_and_are_validated(
+    smol_tokenizer: Any, backend: str, fmt: str, impossible: str, valid: str
+) -> None:
+    """Both backends' date rules admit February 29 of any year and a leap second at any hour (xgrammar also
+    1990-02-31): wider than RFC 3339, so the format is kept in the grammar, reported and validated (parley's
+    own check, `parley.constrained.formats`: jsonschema has none here without rfc3339-validator)."""
+    schema = {"type": "string", "format": fmt}
+    matcher = compiled(smol_tokenizer, schema, backend)
+    assert matcher.needs_validation and any("'format'" in w for w in matcher.warnings), matcher.warnings
+    assert feed(matcher, smol_tokenizer, json.dumps(impossible))  # the grammar's reading
+    with pytest.raises(ValidationFailed):
+        matcher.validate(json.dumps(impossible))
+    matcher.reset()
+    assert feed(matcher, smol_tokenizer, json.dumps(valid))
+    matcher.validate(json.dumps(valid))
+    matcher.reset()
+    assert not feed(matcher, smol_tokenizer, '"not a date"')  # still in the grammar
+
+
+def test_xgrammar_writes_times_in_uppercase_a_price_auto_weighs(smol_tokenizer: Any) -> None:
+    schema = {"type": "string", "format": "date-time"}
+    lower = json.dumps("1963-06-19t08:30:06z")
+    validate(lower, schema)
+    assert not feed(compiled(smol_tokenizer, schema, "xgrammar"), smol_tokenizer, lower)  # the price
+    auto = compiled(smol_tokenizer, schema)
+    assert auto.backend == "llguidance" and "xgrammar: 1 keyword use(s) left to validation, 1 use(s)" in auto.choice
+    assert feed(auto, smol_tokenizer, lower)
