@@ -66,11 +66,11 @@ struct SpinBarrier {
 
 // Where the calling thread's time in a step goes (benchmarks/decode_profile.py): off unless switched on, then
 // microseconds summed per phase until read.
-enum Phase { SERIAL_QKV, SERIAL_ATTN_OUT, SERIAL_O, SERIAL_SWIGLU, SERIAL_DOWN, SERIAL_HEAD, TILES, ATTENTION, WAIT,
-             STEPS, PHASES };
-const char* const PHASE_NAMES[PHASES] = {"rope_kv_write", "attention_out", "o_add_norm", "swiglu",
-                                         "down_add_norm", "final_norm", "gemm_tiles", "attention", "barrier_wait",
-                                         "steps"};
+enum Phase { SERIAL_QKV, SERIAL_ATTN_OUT, SERIAL_O, SERIAL_SWIGLU, SERIAL_DOWN, SERIAL_HEAD, TILES, ATTENTION, SWIGLU,
+             WAIT, STEPS, PHASES };
+const char* const PHASE_NAMES[PHASES] = {"rope_kv_write", "attention_out", "o_add_norm", "gate_up_finish",
+                                         "down_add_norm", "final_norm", "gemm_tiles", "attention", "swiglu",
+                                         "barrier_wait", "steps"};
 std::atomic<bool> profiling{false};
 double phase_us[PHASES] = {};
 inline double now_us() {
@@ -201,7 +201,9 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
   const bool with_head = !head.empty();
   torch::Tensor logits;
   if (with_head) {
-    TORCH_CHECK(head.size() == PARTS && norm_weight.numel() == hidden, "decode_layers: head and final norm");
+    TORCH_CHECK(head.size() == PARTS && norm_weight.numel() == hidden && norm_weight.is_contiguous() &&
+                    norm_weight.scalar_type() == at::kFloat,
+                "decode_layers: head and final norm");
     Packed w = packed_of(head[0], head[1], head[2], head[3], head_bits, hidden);
     logits = torch::empty({T, vocab}, fopts);
     matrix(w, vocab, torch::Tensor(), logits.data_ptr<float>());
@@ -265,6 +267,7 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
   const bool simd = use_simd && simd_ok();
   const float feps = (float)eps;
   RowScratch scratch;  // the step's quantised activations, shared by the team
+  scratch.reserve(T, std::max(std::max(hidden, qs), inter));  // the widest input: reserve never moves it again
   SpinBarrier barrier;
   std::atomic<bool> failed{false};
   std::exception_ptr error;
@@ -372,11 +375,18 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
         quantize(mx[2], h_p);
       });
       tiles(mx[2]);
-      serial(SERIAL_SWIGLU, [&] {
-        finish(mx[2], T);
-        for (int64_t r = 0; r < T; ++r) swiglu_row(mx[2].result + r * 2 * inter, act_p + r * inter, inter);
-        quantize(mx[3], act_p);
-      });
+      if (mx[2].result != mx[2].out) serial(SERIAL_SWIGLU, [&] { finish(mx[2], T); });
+      if (!failed.load()) {  // SwiGLU and the down GEMM's input quantisation, each thread its share of the groups
+        PhaseTimer t(SWIGLU, tid == 0);
+        rows = scratch.reserve(T, inter);  // no reallocation: reserved for the widest input before the region
+        const int64_t G = inter / GROUP, chunk = (G + team - 1) / team;
+        const int64_t g0 = std::min<int64_t>(G, tid * chunk), g1 = std::min<int64_t>(G, g0 + chunk);
+        for (int64_t r = 0; r < T && g0 < g1; ++r) {
+          swiglu_row(mx[2].result + r * 2 * inter, act_p + r * inter, inter, g0 * GROUP, g1 * GROUP);
+          quantize_groups(simd, act_p, mx[3].w.cs, rows, r, g0, g1);
+        }
+      }
+      wait();
       tiles(mx[3]);
       serial(SERIAL_DOWN, [&] {
         finish(mx[3], T);
@@ -389,10 +399,9 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
       });
     }
     if (with_head && !failed.load()) {  // the logits of every row, as `compute_logits` makes them
-      torch::Tensor normed;
-      serial(SERIAL_HEAD, [&] {
-        normed = torch::rms_norm(residual, {hidden}, norm_weight, eps);
-        quantize(mats.back(), normed.data_ptr<float>());
+      serial(SERIAL_HEAD, [&] {  // `rms_weighted_rows`, as compute_logits calls it
+        normalize_rows(res_p, nullptr, h_p, T, hidden, feps, norm_weight.data_ptr<float>());
+        quantize(mats.back(), h_p);
       });
       tiles(mats.back());
       if (tid == 0 && !failed.load()) finish(mats.back(), T);

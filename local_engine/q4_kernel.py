@@ -474,20 +474,26 @@ struct RowScratch {
   }
 };
 
+// Groups [g0, g1) of row r of x [M, K] (times the column scale cs, when given) into `rows`: groups are
+// quantised independently, so a row quantised in pieces (by several threads) is bitwise the row quantised whole.
+void quantize_groups(bool simd, const float* x, const float* cs, const Rows& rows, int64_t r, int64_t g0,
+                     int64_t g1) {
+  const int64_t K = rows.K, G = rows.G, k0 = g0 * GROUP, n = (g1 - g0) * GROUP, at = r * G + g0;
+  const float* xr = x + r * K + k0;
+  const float* c = cs ? cs + k0 : nullptr;
+  int8_t* q = const_cast<int8_t*>(rows.q) + r * K + k0;
+  float* dx = const_cast<float*>(rows.dx) + at;
+  float* sx = const_cast<float*>(rows.sx) + at;
+  int32_t* si = const_cast<int32_t*>(rows.si) + at;
+  int32_t* sh = const_cast<int32_t*>(rows.sh) + 2 * at;
+  if (simd && simd_level() == 2) quantize_avx512(xr, c, n, q, dx, sx, si, sh);
+  else if (simd && simd_level() == 1) quantize_avx2(xr, c, n, q, dx, sx, si, sh);
+  else quantize_scalar(xr, c, n, q, dx, sx, si, sh);
+}
+
+// Rows [r0, r1) of x [M, K], whole.
 void quantize_rows(bool simd, const float* x, const float* cs, const Rows& rows, int64_t r0, int64_t r1) {
-  const int64_t K = rows.K, G = rows.G;
-  int8_t* q = const_cast<int8_t*>(rows.q);
-  float* dx = const_cast<float*>(rows.dx);
-  float* sx = const_cast<float*>(rows.sx);
-  int32_t* si = const_cast<int32_t*>(rows.si);
-  int32_t* sh = const_cast<int32_t*>(rows.sh);
-  for (int64_t r = r0; r < r1; ++r) {
-    if (simd && simd_level() == 2)
-      quantize_avx512(x + r * K, cs, K, q + r * K, dx + r * G, sx + r * G, si + r * G, sh + 2 * r * G);
-    else if (simd && simd_level() == 1)
-      quantize_avx2(x + r * K, cs, K, q + r * K, dx + r * G, sx + r * G, si + r * G, sh + 2 * r * G);
-    else quantize_scalar(x + r * K, cs, K, q + r * K, dx + r * G, sx + r * G, si + r * G, sh + 2 * r * G);
-  }
+  for (int64_t r = r0; r < r1; ++r) quantize_groups(simd, x, cs, rows, r, 0, rows.G);
 }
 
 }  // namespace

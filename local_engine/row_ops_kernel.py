@@ -41,7 +41,9 @@ void check_rows(const torch::Tensor& t, const char* name) {
               name, " must be a contiguous 2-D float32 CPU tensor");
 }
 
-void normalize_rows(float* res, const float* delta, float* out, int64_t M, int64_t K, float eps) {
+// out = (res [+= delta]) * 1/rms per row, then times `weight` per column when given (a second rounding)
+void normalize_rows(float* res, const float* delta, float* out, int64_t M, int64_t K, float eps,
+                    const float* weight = nullptr) {
   // a norm is ~K multiply-adds: thread only when there are many rows (prefill), whole rows per thread
   at::parallel_for(0, M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, K)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -50,7 +52,10 @@ void normalize_rows(float* res, const float* delta, float* out, int64_t M, int64
         for (int64_t k = 0; k < K; ++k) x[k] += delta[r * K + k];
       const float inv = row_inv_rms(x, K, eps);
       float* y = out + r * K;
-      for (int64_t k = 0; k < K; ++k) y[k] = x[k] * inv;
+      if (weight)
+        for (int64_t k = 0; k < K; ++k) y[k] = (x[k] * inv) * weight[k];
+      else
+        for (int64_t k = 0; k < K; ++k) y[k] = x[k] * inv;
     }
   });
 }
@@ -59,10 +64,11 @@ void normalize_rows(float* res, const float* delta, float* out, int64_t M, int64
 
 namespace {
 
-// One row: o[k] = silu(g[k]) * u[k], g = gate_up[0, inter), u = gate_up[inter, 2 inter); silu(g) = g / (1 + e^-g)
-inline void swiglu_row(const float* gate_up, float* o, int64_t inter) {
+// Columns [k0, k1) of one row: o[k] = silu(g[k]) * u[k], g = gate_up[0, inter), u = gate_up[inter, 2 inter);
+// silu(g) = g / (1 + e^-g)
+inline void swiglu_row(const float* gate_up, float* o, int64_t inter, int64_t k0, int64_t k1) {
   const float* u = gate_up + inter;
-  for (int64_t k = 0; k < inter; ++k) o[k] = gate_up[k] / (1.0f + std::exp(-gate_up[k])) * u[k];
+  for (int64_t k = k0; k < k1; ++k) o[k] = gate_up[k] / (1.0f + std::exp(-gate_up[k])) * u[k];
 }
 
 }  // namespace
@@ -77,7 +83,7 @@ torch::Tensor swiglu_rows(torch::Tensor gate_up, int64_t inter) {
   const float* gu = gate_up.data_ptr<float>();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, M, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, inter)), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) swiglu_row(gu + r * 2 * inter, op + r * inter, inter);
+    for (int64_t r = b; r < e; ++r) swiglu_row(gu + r * 2 * inter, op + r * inter, inter, 0, inter);
   });
   return out;
 }
@@ -183,8 +189,14 @@ Attention attention_of(const torch::Tensor& q, const torch::Tensor& kvc, const t
 // order (+ e^(sink - max)), then the values weighted in slot order. `p` holds L floats. One task per query head,
 // not per KV head: 9 tasks for SmolLM2's 9 heads (3 KV heads) share out over 2 threads as 5 + 4, not 2 + 1.
 void attention_task(const Attention& a, int64_t task, float* p, bool simd) {
-  const int64_t b = task / a.H, hq = task % a.H, h = hq / a.G, L = a.L, D = a.D;
-  const int64_t* idx = a.gather + b * L;
+  const int64_t b = task / a.H, hq = task % a.H, h = hq / a.G, D = a.D;
+  const int64_t* idx = a.gather + b * a.L;
+  // The padding at the end of a row's context (mask -inf: the row's length rounded up to DECODE_BUCKET) is
+  // skipped: its weight is e^-inf = 0, so it changes no max, no sum and no weighted value (0 x a finite value
+  // added is exact), and the result is bitwise the one with the padding computed, at up to 63 slots less work.
+  int64_t L = a.L;
+  if (a.mask)
+    while (L > 1 && a.mask[b * a.L + L - 1] == -INFINITY) --L;  // (a row masked whole keeps its NaNs)
   const float* qrow = a.q + b * a.qstride + hq * D;
   const float* keys = a.kv + h * a.S * D;
   const float* values = a.kv + (a.KVH + h) * a.S * D;
@@ -196,7 +208,7 @@ void attention_task(const Attention& a, int64_t task, float* p, bool simd) {
                 p + l);
   for (; l < L; ++l) p[l] = simd ? dot_lanes_avx2(qrow, keys + idx[l] * D, D) : dot_lanes(qrow, keys + idx[l] * D, D);
   if (a.mask)
-    for (l = 0; l < L; ++l) p[l] = p[l] + a.mask[b * L + l];
+    for (l = 0; l < L; ++l) p[l] = p[l] + a.mask[b * a.L + l];
   float mx = a.sinks ? a.sinks[hq] : -INFINITY;
   for (l = 0; l < L; ++l) mx = std::fmax(mx, p[l]);
   float sum = 0.0f;
@@ -254,6 +266,19 @@ torch::Tensor rms_rows(torch::Tensor x, double eps) {
   return out;
 }
 
+// x [M, K] -> rms_rows(x) * weight per column: the final norm before a quantised LM head (the fused decode step
+// makes the same calls, so its logits are the Python path's)
+torch::Tensor rms_weighted_rows(torch::Tensor x, torch::Tensor weight, double eps) {
+  check_rows(x, "x");
+  TORCH_CHECK(weight.dim() == 1 && weight.numel() == x.size(1) && weight.scalar_type() == at::kFloat &&
+                  weight.is_contiguous(),
+              "weight must be [K] float32");
+  auto out = torch::empty_like(x);
+  normalize_rows(x.data_ptr<float>(), nullptr, out.data_ptr<float>(), x.size(0), x.size(1), (float)eps,
+                 weight.data_ptr<float>());
+  return out;
+}
+
 // residual += delta (in place), then rms_rows(residual): the residual stream's add and the next norm in one call
 torch::Tensor add_rms_rows_(torch::Tensor residual, torch::Tensor delta, double eps) {
   check_rows(residual, "residual");
@@ -267,4 +292,4 @@ torch::Tensor add_rms_rows_(torch::Tensor residual, torch::Tensor delta, double 
 }
 """
 
-FUNCTIONS = ["add_rms_rows_", "decode_attention", "rms_rows", "swiglu_rows"]
+FUNCTIONS = ["add_rms_rows_", "decode_attention", "rms_rows", "rms_weighted_rows", "swiglu_rows"]

@@ -41,7 +41,7 @@ from parley.local_engine.models.layers import Checkpoint, rms_normalize, rms_nor
 from parley.local_engine.models.moe import MoeMlp, MoeWeights
 from parley.local_engine.models.rope import RotaryTables, interleave_rope_rows
 from parley.local_engine.quant import calibrate, check_quantization, make_gemm
-from parley.local_engine.quant4 import GroupGemm, RowQuant, cat_rows, scale_columns
+from parley.local_engine.quant4 import GroupGemm, GroupWeight, RowQuant, cat_rows, scale_columns
 from parley.local_engine.threads import mkl_set_num_threads_local, omp_set_num_threads
 
 
@@ -374,7 +374,12 @@ class DecoderModel:
         """fp32 logits for the given rows of final hidden states (masks and sampling work in fp32)."""
         if self._step_logits is not None and hidden is self._step_logits[0]:
             return self._step_logits[1]  # every row's, made by the fused step with the same operations
-        h = F.rms_norm(hidden, (hidden.shape[-1],), self.norm, self.arch.rms_norm_eps)
+        head = self.lm_head
+        if self.row_ops is not None and isinstance(head, GroupWeight) and head.dense is None and head.qs is not None:
+            # the quantised head's input: the row ops' norm, as the fused decode step makes it
+            h = self.row_ops.rms_weighted_rows(hidden.contiguous(), self.norm, self.arch.rms_norm_eps)
+        else:
+            h = F.rms_norm(hidden, (hidden.shape[-1],), self.norm, self.arch.rms_norm_eps)
         threads = self.gemm_threads
         omp = omp_set_num_threads() if self.device.type == "cpu" else None
         if omp is None or not threads:
