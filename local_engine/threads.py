@@ -77,6 +77,15 @@ def mkl_set_num_threads_local() -> Callable[[int], None] | None:
     return None
 
 
+FEWER_THREADS_MARGIN = 0.85
+"""One thread replaces all of them only when its probed median per token is below this fraction of theirs.
+
+Why a margin: since the quantised decode step runs as one C++ region (models/fused_decode.py), 2 threads are
+~1.4x faster than 1 on a quiet 2-core machine, but a 4-step probe beside a streaming HTTP server (its event loop
+and client take turns on the cores) is noisy; choosing 1 thread on a near tie then costs ~30 % for the next 512
+steps. A busy other core, which this class exists for, makes 2 threads ~2x slower: still far past the margin."""
+
+
 class DecodeThreads:
     """Chooses, per decode batch size, how many threads the weight GEMMs of a decode step get: all of them
     (`max_threads`) or one, by timing both on live steps.
@@ -131,12 +140,18 @@ class DecodeThreads:
         if threads in samples and len(samples[threads]) < self.probe_steps:
             samples[threads].append(seconds / max(batch, 1))
             if all(len(v) >= self.probe_steps for v in samples.values()):
-                state["choice"] = min(samples, key=lambda c: sorted(samples[c])[len(samples[c]) // 2])
+                state["choice"] = self._choose(samples)
                 state["since"] = 0
             return
         state["since"] = int(state["since"]) + 1  # type: ignore[call-overload]
         if int(state["since"]) >= self.reprobe_every:  # type: ignore[call-overload]
             state["samples"] = {c: [] for c in self.candidates}
+
+    def _choose(self, samples: dict[int, list[float]]) -> int:
+        """Every thread, unless fewer are faster per token by more than FEWER_THREADS_MARGIN (median of the probes)."""
+        median = {c: sorted(v)[len(v) // 2] for c, v in samples.items()}
+        best = min(median, key=lambda c: median[c])
+        return best if median[best] < FEWER_THREADS_MARGIN * median[self.max_threads] else self.max_threads
 
     def stats(self) -> dict[int, int]:
         """Batch bucket -> the thread count chosen for it so far."""

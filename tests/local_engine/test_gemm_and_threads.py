@@ -109,3 +109,14 @@ def test_decode_threads_probes_both_counts_keeps_the_faster_and_probes_again() -
         dt.record(1, t, 0.030 if t == 1 else 0.010)
     assert dt.threads_for(1) == 2
     assert DecodeThreads(1).threads_for(4) == 1
+
+
+def test_decode_threads_keeps_every_thread_on_a_near_tie() -> None:
+    from parley.local_engine.threads import FEWER_THREADS_MARGIN, DecodeThreads
+
+    for one, two, expected in ((0.0095, 0.0100, 2), (0.0100 * FEWER_THREADS_MARGIN * 0.99, 0.0100, 1)):
+        dt = DecodeThreads(2, probe_steps=3)
+        for _ in range(6):
+            t = dt.threads_for(1)
+            dt.record(1, t, one if t == 1 else two)
+        assert dt.threads_for(1) == expected, (one, two)
