@@ -7,7 +7,9 @@ without speculation decodes `--tokens` greedy tokens from one chat prompt, batch
   at the same thread count (so load changes hit both sides);
 - `profile`: the same decode with timers around each op class (wall, `time.perf_counter`), summed over the
   pure-decode steps and divided by their number. By default a decode step runs fused (models/fused_decode.py:
-  every layer, and an 8-bit LM head, in one C++ call), timed as the one class `fused_step`; `--loop` runs the
+  every layer, and an 8-bit LM head, in one C++ call), timed as the one class `fused_step` and split by the
+  step's own phase timers (`fused_phases`: GEMM tiles, attention, SwiGLU, each serial phase, barrier waits, as
+  the calling thread spends them); `--loop` runs the
   Python layer loop instead, where each class is timed apart: layer GEMMs (q/k/v, o, gate/up, down: the group kernel),
   LM head (the 576 -> 49152 GEMM and the final norm), attention (KV gather, two bmm, softmax), RoPE, the
   RMSNorms, SwiGLU, the rest of the forward (embedding lookup, KV write, residual adds, thread toggles and the
@@ -294,10 +296,18 @@ def run_threads(args: argparse.Namespace, mode: str, threads: int, path: Path) -
         r["parley_cpu_ms_per_token"] = parley_cpu_ms(engine, prompt, args.cpu_tokens)
         clock = Clock()
         undo = instrument(engine, clock)
+        ext = engine._core.runner.model.row_ops
+        phases = ext is not None and hasattr(ext, "fused_phases")
+        if phases:
+            ext.fused_phases(True)  # the fused step's own phase timers (calling thread), reset
         try:
             rates = [1 / engine.generate([prompt], params, tenant=f"prof-{i}")[0].tpot_s for i in range(args.runs)]
         finally:
             undo()
+            spent = ext.fused_phases(False) if phases else {}
+        fused_steps = max(spent.pop("steps", 0.0), 1.0)
+        by_time = sorted(spent.items(), key=lambda kv: -kv[1])
+        r["fused_phases_ms"] = {k: round(v / 1000 / fused_steps, 3) for k, v in by_time}
         steps = max(clock.steps, 1)
         ms = {c: clock.total.get(c, 0.0) * 1000 / steps for c in CLASSES}
         whole = sum(ms.values())
@@ -328,6 +338,10 @@ def report(results: list[dict[str, Any]]) -> None:
         print(f"  {'class':<16}{'wall ms':>10}{'%':>7}{'engine-thread CPU ms':>22}")
         for c in CLASSES:
             print(f"  {c:<16}{r['profile_ms'][c]:>10.3f}{r['profile_pct'][c]:>7.1f}{r['profile_cpu_ms'][c]:>22.3f}")
+        if r["fused_phases_ms"]:
+            print("inside fused_step, the calling thread's ms a step per phase (fused_phases):")
+            for k, v in r["fused_phases_ms"].items():
+                print(f"  {k:<16}{v:>10.3f}")
         print(f"ATen ops per step (top level) {r['aten_top_level_ops_per_step']}, their self CPU "
               f"{r['aten_self_cpu_ms_per_step']} ms; most frequent: {r['top_ops_per_step']}")
     print(json.dumps({"decode_profile": results}))

@@ -7,23 +7,31 @@ AMD EPYC (AVX2), q4 with an 8-bit head at 2 threads: ~2 ms of a 9.5 ms token (`f
 `benchmarks/decode_profile.py`), all of it while holding the GIL that the server's event loop needs to
 stream the previous token.
 
-What it does: exactly the calls `DecoderModel.forward` makes for a dense layer, in the same order and on the
-same buffers: the qkv GEMM into the step's buffer, RoPE as the same in-place complex multiply, the KV write
-(`index_copy_`), decode attention per decode group, the o GEMM, the residual add + norm, gate/up, SwiGLU,
-down, and the next norm. The operations are the same ATen and extension functions, so the result is bitwise
-the Python loop's (tested), and a row's result still depends on that row only. It is called only for the
-steps it covers (decode rows only, dense layers without q/k norm, every matrix in the group layout); any other
-step runs the Python loop.
+What it does: the operations `DecoderModel.forward` makes for a dense layer, in the same order and with the
+same roundings: the qkv GEMM (written straight into the step's qkv buffer), RoPE as the same in-place complex
+multiply (ATen's), the new keys and values copied to their slots, decode attention per decode group, the o
+GEMM, the residual add + norm, gate/up, SwiGLU, down, the next norm, and the final norm + LM head. Copies, bias
+adds and the residual add are plain loops (one float add per value, as ATen's), norms, SwiGLU and attention the
+row-ops functions the Python loop calls, so the result is bitwise the Python loop's (tested), and a row's result
+still depends on that row only. It is called only for the steps it covers (decode rows only, dense layers
+without q/k norm, every matrix in the group layout); any other step runs the Python loop.
 
-Threads: one OpenMP parallel region per step. The calling thread runs everything between GEMMs (and quantises
-each GEMM's input) while the others wait at a spinning barrier; then every thread takes an equal share of the
-GEMM's 16-row tiles. Why not a parallel region per GEMM, as `group_gemm` alone does: libgomp puts its waiting
-threads to sleep at once (its "throttled" spin) when the process holds more OpenMP threads than there are
-cores, which is the case as soon as two threads have each run a parallel region (the engine thread, and the
-main thread that loaded the model), and each of the ~120 wake-ups a step then cost tens of microseconds.
-Measured on a 2-core AMD EPYC (AVX2), SmolLM2-135M q4 with an 8-bit head, batch 1, from the engine thread:
-2 threads 60 tok/s with a region per GEMM (slower than 1 thread's 110, so the engine chose 1), 163 tok/s with
-one region per step (llama-bench tg at 2 threads on the same file: 156).
+Threads: one OpenMP parallel region per step. The calling thread runs the ops between GEMMs and quantises the
+next GEMM's input in the same phase, while the others wait at a spinning barrier; then every thread takes an
+equal share of the GEMM's 16-row tiles, of the attention tasks (row, query head), or of SwiGLU and the down
+GEMM's input groups. 10 barriers a layer. Why not a parallel region per GEMM, as `group_gemm` alone does:
+libgomp puts its waiting threads to sleep at once (its "throttled" spin) when the process holds more OpenMP
+threads than there are cores, which is the case as soon as two threads have each run a parallel region (the
+engine thread, and the main thread that loaded the model), and each of the ~120 wake-ups a step then cost tens
+of microseconds. Measured on a 2-core AMD EPYC (AVX2), SmolLM2-135M q4 with an 8-bit head, batch 1, from the
+engine thread: 2 threads 60 tok/s with a region per GEMM (slower than 1 thread's 110, so the engine chose 1),
+163 tok/s with one region per step (llama-bench tg at 2 threads on the same file: 156).
+
+What the step's own ATen calls cost (`fused_phases`, the calling thread's time per phase): in the first version
+each layer made ~15 ATen calls between GEMMs (copies, `index_copy_`, `zeros`, slices, the final `rms_norm`),
+~1 ms of a 5.8 ms step at 2 threads while the other thread spun; as plain loops on buffers made once per step,
+with SwiGLU split across the team and 4 barriers a layer fewer, a step of the same 2-thread decode measured
+about 4.3-5.1 ms (the serial phases together ~0.3 ms; 128 tokens from a short prompt; same machine, runs apart).
 """
 
 SOURCE = r"""
@@ -170,7 +178,10 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
   std::vector<torch::Tensor> keep;  // buffers the Matrix pointers read
   std::vector<Matrix> mats;
   mats.reserve(4 * layers + 1);
-  auto matrix = [&](Packed w, int64_t out_features, const torch::Tensor& bias, float* result) {
+  // a role's output buffer (qkv, o, gate_up, down: one GEMM of each role runs at a time) serves every layer
+  float* role_out[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  int64_t role_width[5] = {0, 0, 0, 0, 0};
+  auto matrix = [&](int role, Packed w, int64_t out_features, const torch::Tensor& bias, float* result) {
     TORCH_CHECK(w.T * TILE >= out_features, "decode_layers: out_features exceed the packed tiles");
     TORCH_CHECK(bias.numel() == 0 || (bias.numel() == out_features && bias.scalar_type() == at::kFloat &&
                                       bias.is_contiguous()),
@@ -179,12 +190,15 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
     float* out = nullptr;
     if (!padded && result != nullptr) {
       out = result;  // the GEMM writes its result in place
+    } else if (role_width[role] == w.T * TILE) {
+      out = role_out[role];
     } else {
       keep.push_back(torch::empty({T, w.T * TILE}, fopts));
-      out = keep.back().data_ptr<float>();
+      out = role_out[role] = keep.back().data_ptr<float>();
+      role_width[role] = w.T * TILE;
     }
     if (result == nullptr && !padded) result = out;
-    if (result == nullptr) {
+    if (result == nullptr) {  // padded or biased: its compact result
       keep.push_back(torch::empty({T, out_features}, fopts));
       result = keep.back().data_ptr<float>();
     }
@@ -196,7 +210,7 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
       const int64_t at = 4 * PARTS * l + PARTS * j;
       Packed w = packed_of(weights[at], weights[at + 1], weights[at + 2], weights[at + 3], meta[8 * l + j],
                            widths[j]);
-      matrix(w, meta[8 * l + 4 + j], biases[4 * l + j], j == 0 ? qkv.data_ptr<float>() : nullptr);
+      matrix((int)j, w, meta[8 * l + 4 + j], biases[4 * l + j], j == 0 ? qkv.data_ptr<float>() : nullptr);
     }
   const bool with_head = !head.empty();
   torch::Tensor logits;
@@ -206,7 +220,7 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
                 "decode_layers: head and final norm");
     Packed w = packed_of(head[0], head[1], head[2], head[3], head_bits, hidden);
     logits = torch::empty({T, vocab}, fopts);
-    matrix(w, vocab, torch::Tensor(), logits.data_ptr<float>());
+    matrix(4, w, vocab, torch::Tensor(), logits.data_ptr<float>());
   }
   TORCH_CHECK(mats[2].out_features == 2 * inter && mats[0].out_features == width &&
                   mats[1].out_features == hidden && mats[3].out_features == hidden,
