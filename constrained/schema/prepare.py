@@ -7,8 +7,9 @@ does with keywords a backend does not enforce — delegate to the other backend,
 warning and validate every output — applies to tool arguments exactly as to a plain schema:
 
 1. `check_schema` (per tool first, so errors name the tool's own paths);
-2. pointers through `patternProperties` members or to subschemas outside schema keywords are
-   hoisted into `$defs` (see `parley.constrained.schema.refs.hoist_refs`);
+2. references to plain-name anchors (`"#rulePriority"`) become pointers (`refs.point_anchors`), and pointers
+   through `patternProperties` members or to subschemas outside schema keywords are hoisted into `$defs`
+   (`refs.hoist_refs`); a `$ref` parley still cannot resolve is recorded as relaxed (validated);
 3. `pattern`s become full-match regexes with escaped control characters;
 4. a `required` name missing from `properties` is declared there, with the schema an undeclared key gets
    (`_declare_required`: exact, and writable where `strict` closes the object);
@@ -26,7 +27,7 @@ from typing import Any
 
 from parley.constrained.schema.check import check_schema
 from parley.constrained.schema.patterns import rewrite_patterns
-from parley.constrained.schema.refs import hoist_refs
+from parley.constrained.schema.refs import hoist_refs, point_anchors, unresolved_refs
 from parley.constrained.schema.walk import KeywordUse, iter_subschemas
 from parley.constrained.specs import JsonSchema, ToolCalls
 
@@ -89,6 +90,9 @@ def _declare_required(schema: Any, label: str) -> Any:
     return out
 
 
+UNRESOLVED = "parley cannot resolve it (a base URI below the root, an ambiguous name): it may be read as any value"
+
+
 # The order xgrammar's converter picks a subschema's handler in (`dispatch.XGRAMMAR`), less `const`/`enum`.
 BRANCHES_FIRST = ("$ref", "anyOf", "oneOf", "allOf")
 
@@ -114,8 +118,9 @@ def _branches_first(schema: Any, label: str) -> None:
 def prepare(schema: Any, label: str, strict: bool, aliases: tuple[tuple[str, str], ...] = ()) -> JsonPart:
     """Check `schema` and rewrite it for grammar backends (steps 2-6 of the module docstring)."""
     check_schema(schema)
-    rewritten = _declare_required(rewrite_patterns(hoist_refs(schema)), label)
+    rewritten = _declare_required(rewrite_patterns(hoist_refs(point_anchors(schema))), label)
     rewritten, relaxed = _drop_false_properties(rewritten, label, strict)  # a copy: reordered in place next
+    relaxed += [KeywordUse("$ref", path, node, UNRESOLVED) for path, node in unresolved_refs(rewritten, label)]
     _branches_first(rewritten, label)
     return JsonPart(label, rewritten, tuple(relaxed), aliases)
 

@@ -49,10 +49,93 @@ def resolve_pointer(root: Any, parts: list[str]) -> Any:
     return node
 
 
+def anchor_name(ref: Any) -> str | None:
+    """The name of a plain-name `$ref` (`"#rulePriority"` -> `rulePriority`); None for pointers and others."""
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        return None
+    name = unquote(ref[1:])
+    return name if name and not name.startswith("/") else None
+
+
+def _declared_anchor(node: dict[str, Any]) -> str | None:
+    """The plain name `node` declares: `$anchor` (2019-09 on), or a fragment-only `id`/`$id` (Drafts 4 to 7)."""
+    if isinstance(node.get("$anchor"), str):
+        return str(node["$anchor"])
+    for key in ("$id", "id"):
+        if isinstance(node.get(key), str) and anchor_name(node[key]) is not None:
+            return anchor_name(node[key])
+    return None
+
+
+def _is_base_change(path: str, node: dict[str, Any]) -> bool:
+    """A nested `id`/`$id` that is a URI, not a fragment: names below it are scoped to another base."""
+    return path != "$" and any(isinstance(node.get(k), str) and not node[k].startswith("#") for k in ("$id", "id"))
+
+
+def resolve_anchor(root: Any, name: str) -> Any:
+    """The subschema declaring plain name `name` in `root`, or `MISSING` (none, several, or a nested base URI
+    that scopes names elsewhere)."""
+    found = []
+    for path, node in iter_subschemas(root):
+        if _is_base_change(path, node):
+            return MISSING
+        if _declared_anchor(node) == name:
+            found.append(node)
+    return found[0] if len(found) == 1 else MISSING
+
+
 def resolve_ref(root: Any, ref: Any) -> Any:
-    """The subschema a local `$ref` names inside `root`, or `MISSING`."""
+    """The subschema a local `$ref` names inside `root` (a JSON Pointer or a plain-name anchor), or `MISSING`."""
+    name = anchor_name(ref)
+    if name is not None:
+        return resolve_anchor(root, name)
     parts = decode_pointer(ref) if isinstance(ref, str) else None
     return MISSING if parts is None else resolve_pointer(root, parts)
+
+
+def point_anchors(schema: Any) -> Any:
+    """A copy of `schema` whose `$ref`s to plain-name anchors point into `$defs`, without the anchors.
+
+    Draft 4 to 7 name a subschema with a fragment-only `id`/`$id` (`"id": "#rulePriority"`, referenced as
+    `"$ref": "#rulePriority"`), later drafts with `$anchor`. xgrammar follows JSON Pointers only: such a
+    reference read as any value, and parley's keyword scans could not see through it (Github_medium o35905
+    admitted `{"maxSecurity": "x"}` unvalidated). Each named subschema is copied into `$defs` and pointed at;
+    the names are then dropped (they would stop `hoist_refs`, which leaves documents with nested ids alone).
+    """
+    if not isinstance(schema, dict) or not isinstance(schema.get("$defs", {}), dict):
+        return schema
+    refs = {sub["$ref"] for _, sub in iter_subschemas(schema) if anchor_name(sub.get("$ref")) is not None}
+    targets = {ref: resolve_ref(schema, ref) for ref in sorted(refs)}
+    if not refs or any(target is MISSING for target in targets.values()):
+        return schema  # left as written: an unresolved reference is reported (`unresolved_refs`)
+    out = copy.deepcopy(schema)
+    defs = dict(out.get("$defs", {}))
+    names: dict[str, str] = {}
+    for ref in targets:
+        name = f"parley_anchor_{anchor_name(ref)}"
+        while name in defs or name in names.values():
+            name += "_"
+        names[ref] = name
+    targets = {ref: resolve_ref(out, ref) for ref in targets}  # the nodes of the copy
+    for _, sub in iter_subschemas(out):
+        if sub.get("$ref") in names:
+            sub["$ref"] = f"#/$defs/{names[sub['$ref']]}"
+    for ref, name in names.items():
+        defs[name] = copy.deepcopy(targets[ref])
+    out["$defs"] = defs
+    for _, sub in iter_subschemas(out):
+        if _declared_anchor(sub) is not None:
+            for key in ("$anchor", "$id", "id"):
+                if key in sub and (key == "$anchor" or anchor_name(sub[key]) is not None):
+                    del sub[key]
+    return out
+
+
+def unresolved_refs(schema: Any, label: str) -> list[tuple[str, dict[str, Any]]]:
+    """The (path, subschema) of every `$ref` parley cannot resolve inside `schema` (relative to a nested `$id`,
+    an ambiguous name): a backend may read it as any value, so it is reported and validated."""
+    return [(path, sub) for path, sub in iter_subschemas(schema, label)
+            if isinstance(sub.get("$ref"), str) and resolve_ref(schema, sub["$ref"]) is MISSING]  # fmt: skip
 
 
 def _has_nested_ids(schema: Any) -> bool:

@@ -23,7 +23,9 @@ _TYPE_KEYWORDS = {
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
 }  # fmt: skip
 # An untyped subschema with these is left as it is: its type comes from them (or xgrammar merges them).
-_TYPE_SOURCES = {"type", "$ref", "enum", "const", "anyOf", "oneOf", "allOf", "not", "if"}
+# Not `not` or `if`: xgrammar reads neither (both are validated), so `{"properties": ..., "if": ...}` is typed
+# by its `properties` alone, and `1` was rejected where it is valid (Github_medium o3385's items).
+_TYPE_SOURCES = {"type", "$ref", "enum", "const", "anyOf", "oneOf", "allOf"}
 ALL_TYPES = ["object", "array", "string", "number", "boolean", "null"]
 # Subschemas that constrain a value on their own (any type may stand there).
 _VALUE_MAPS = {"properties", "patternProperties", "dependentSchemas"}

@@ -43,6 +43,8 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | `(a+b)?` in a pattern | xgrammar | none: `"-P0Y0"` passed silently (Github_trivial o41609) | validated |
 | untyped `oneOf` branches | every backend | none: `{"creditcard":"x"}` passed (Github_trivial o51159) | validated |
 | `date`, `date-time`, `time` | both | none: `2021-02-29`, `22:59:60Z` passed (exact format checks) | validated |
+| `$ref` to a plain-name `id` (`#p`) | xgrammar | none: `{"maxSecurity":"x"}` passed (Github_medium o35905) | pointed |
+| untyped `properties` beside `if` | xgrammar | `1` as an item (Github_medium o3385) | widened |
 | a branch that is only `not` | (the tests) | `{"LastName":"","Age":0.0}` (Github_trivial o21864) | no branch order |
 
 Key order: llguidance writes a subschema's keywords in the order written, xgrammar its `$ref`/`anyOf`/`oneOf`/
@@ -653,3 +655,49 @@ def test_xgrammar_writes_times_in_uppercase_a_price_auto_weighs(smol_tokenizer: 
     auto = compiled(smol_tokenizer, schema)
     assert auto.backend == "llguidance" and "xgrammar: 1 keyword use(s) left to validation, 1 use(s)" in auto.choice
     assert feed(auto, smol_tokenizer, lower)
+
+
+ANCHORED = [
+    {"$schema": "http://json-schema.org/draft-04/schema#",
+     "definitions": {"p": {"id": "#p", "type": "object", "properties": {"y": INTEGER, "x": INTEGER}}},
+     "type": "object", "properties": {"a": {"$ref": "#p"}}},
+    {"$defs": {"p": {"$anchor": "p", "type": "object", "properties": {"y": INTEGER, "x": INTEGER}}},
+     "type": "object", "properties": {"a": {"$ref": "#p"}}},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["xgrammar", "llguidance", "auto"])
+@pytest.mark.parametrize("schema", ANCHORED)
+def test_references_to_plain_name_anchors_are_followed(smol_tokenizer: Any, schema: Any, backend: str) -> None:
+    """Github_medium o35905: `"$ref": "#minSecurityParam"` names Draft 4's `"id": "#minSecurityParam"`;
+    xgrammar follows pointers only and read it as any value, unvalidated. Prepared, it points into `$defs`;
+    the instances follow the anchored subschema's key order too."""
+    assert dumps(in_schema_order(schema, schema, {"a": {"x": 1, "y": 2}})) == '{"a":{"y":2,"x":1}}'
+    matcher = compiled(smol_tokenizer, schema, backend, strict=False)
+    assert not matcher.needs_validation, matcher.warnings
+    assert feed(matcher, smol_tokenizer, '{"a":{"y":2,"x":1}}')
+    matcher.reset()
+    assert not feed(matcher, smol_tokenizer, '{"a":"x"}')
+
+
+@pytest.mark.parametrize("backend", ["xgrammar", "llguidance"])
+def test_a_reference_parley_cannot_resolve_is_validated(smol_tokenizer: Any, backend: str) -> None:
+    schema = {"type": "object", "properties": {"a": {"$ref": "item.json"}},
+              "$defs": {"item": {"$id": "item.json", "type": "integer"}}}  # fmt: skip
+    try:
+        matcher = compiled(smol_tokenizer, schema, backend, strict=False)
+    except ConstrainedError:
+        return  # refused, never approximated
+    assert matcher.needs_validation and any("'$ref'" in w for w in matcher.warnings), matcher.warnings
+    with pytest.raises(ValidationFailed):
+        matcher.validate('{"a":"x"}')
+
+
+def test_xgrammar_does_not_type_a_subschema_from_if_or_not(smol_tokenizer: Any) -> None:
+    """Github_medium o3385: `{"properties": ..., "if": ...}` as `items` admits a number; xgrammar reads neither
+    `if` nor `not`, so its `properties` alone typed it an object and `[1]` was rejected."""
+    for beside in ({"if": {"properties": {"t": {"const": "a"}}}}, {"not": {"type": "string"}}):
+        schema = {"type": "array", "items": {"properties": {"a": {}}, **beside}}
+        assert validator(schema).is_valid([1])
+        matcher = compiled(smol_tokenizer, schema, "xgrammar", strict=False)
+        assert feed(matcher, smol_tokenizer, "[1]"), matcher.warnings
