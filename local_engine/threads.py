@@ -86,6 +86,13 @@ and client take turns on the cores) is noisy; choosing 1 thread on a near tie th
 steps. A busy other core, which this class exists for, makes 2 threads ~2x slower: still far past the margin."""
 
 
+GIVE_UP_RATIO = 3.0
+"""A probe step this many times slower per token than the other count's fastest ends that count's probe.
+
+Why: beside a busy multi-threaded process a 2-thread step took ~0.5 s (2 tok/s, a spinning team whose second
+thread waits for a core) against ~10 ms on 1 thread; each re-probe then stalled the stream for 4 such steps."""
+
+
 class DecodeThreads:
     """Chooses, per decode batch size, how many threads the weight GEMMs of a decode step get: all of them
     (`max_threads`) or one, by timing both on live steps.
@@ -138,7 +145,11 @@ class DecodeThreads:
         state = self._of(batch)
         samples: dict[int, list[float]] = state["samples"]  # type: ignore[assignment]
         if threads in samples and len(samples[threads]) < self.probe_steps:
-            samples[threads].append(seconds / max(batch, 1))
+            per_token = seconds / max(batch, 1)
+            samples[threads].append(per_token)
+            others = [min(v) for c, v in samples.items() if c != threads and v]
+            if others and per_token > GIVE_UP_RATIO * min(others):  # hopeless: no more steps of it this probe
+                samples[threads] += [per_token] * (self.probe_steps - len(samples[threads]))
             if all(len(v) >= self.probe_steps for v in samples.values()):
                 state["choice"] = self._choose(samples)
                 state["since"] = 0

@@ -120,3 +120,16 @@ def test_decode_threads_keeps_every_thread_on_a_near_tie() -> None:
             t = dt.threads_for(1)
             dt.record(1, t, one if t == 1 else two)
         assert dt.threads_for(1) == expected, (one, two)
+
+
+def test_decode_threads_gives_up_a_hopeless_count_after_one_probe_step() -> None:
+    from parley.local_engine.threads import DecodeThreads
+
+    dt = DecodeThreads(2, probe_steps=4)
+    asked = []
+    for _ in range(5):
+        t = dt.threads_for(1)
+        asked.append(t)
+        dt.record(1, t, 0.500 if t == 2 else 0.010)  # 2 threads 50x slower: a busy other core
+    # the first 2-thread step was slow beside nothing yet; the second, 50x the 1-thread step, ends its probe
+    assert asked.count(2) == 2 and dt.threads_for(1) == 1
