@@ -151,23 +151,23 @@ class ModelRunner:
             # Rows are batched by their context padded to a multiple of DECODE_BUCKET, so a row's attention is
             # the same computation whatever it is batched with (attention.py, DECODE_BUCKET).
             by_length: dict[int, list[int]] = {}
-            for r, g in enumerate(gathers):
-                by_length.setdefault(-(-g.shape[0] // DECODE_BUCKET) * DECODE_BUCKET, []).append(r)
+            for r, row_slots in enumerate(gathers):
+                by_length.setdefault(-(-row_slots.shape[0] // DECODE_BUCKET) * DECODE_BUCKET, []).append(r)
             for L, members in by_length.items():
-                gather = np.zeros((len(members), L), dtype=np.int64)
-                mask = np.zeros((len(members), 1, L), dtype=np.float32)
+                group_slots = np.zeros((len(members), L), dtype=np.int64)
+                padding = np.zeros((len(members), 1, L), dtype=np.float32)
                 padded = False
                 for b, r in enumerate(members):
                     n = gathers[r].shape[0]
-                    gather[b, :n] = gathers[r]
+                    group_slots[b, :n] = gathers[r]
                     if n < L:
-                        mask[b, 0, n:] = -np.inf
+                        padding[b, 0, n:] = -np.inf
                         padded = True
                 contiguous = members == list(range(members[0], members[0] + len(members)))
                 groups.append(DecodeGroup(
                     rows=None if contiguous else torch.tensor(members, device=dev), start=members[0],
-                    end=members[-1] + 1, gather=torch.from_numpy(gather).to(dev),
-                    mask=torch.from_numpy(mask).to(dev) if padded else None,
+                    end=members[-1] + 1, gather=torch.from_numpy(group_slots).to(dev),
+                    mask=torch.from_numpy(padding).to(dev) if padded else None,
                 ))
             if len(groups) == 1:
                 decode_gather, decode_mask = groups[0].gather, groups[0].mask
