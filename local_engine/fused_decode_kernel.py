@@ -41,6 +41,8 @@ SOURCE = r"""
 #include <chrono>
 #include <exception>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <pybind11/pybind11.h>
 
@@ -132,32 +134,123 @@ std::map<std::string, double> fused_phases(bool enable) {
   return out;
 }
 
+namespace {
+
+// A model's constant arguments, checked and unpacked once (`fused_model`): a step then passes a handle, not
+// ~500 tensors through pybind11 and ~120 weight checks (measured: ~0.3 ms of a ~5.3 ms step at 2 threads).
+struct FusedModel {
+  std::vector<torch::Tensor> weights, biases, sinks, head;  // held: the Packed pointers read them
+  std::vector<int64_t> meta, layer_layout;
+  std::vector<Packed> packed;  // 4 per layer (qkv, o, gate_up, down), then the head's
+  torch::Tensor norm_weight;
+  int64_t layers, heads, kv_heads, head_dim, inter, hidden, head_bits, vocab;
+  double eps;
+};
+std::mutex models_lock;
+std::map<int64_t, std::shared_ptr<FusedModel>> models;
+int64_t next_model = 1;
+
+}  // namespace
+
+// Per layer l: weights[16 l ...] = (qkv, o, gate_up, down) x (qs, d, m, col_scale); meta[8 l ...] = their bits
+// and out_features; biases[4 l ...] (empty: none); sinks[l] (empty: none); layer_layout[l] the layout it reads.
+// With `head` (the LM head's 4 tensors, 8- or 4-bit) and the final norm's weight, a step also returns the logits.
+// Returns the handle `decode_layers` takes; `fused_model_free` lets it go.
+int64_t fused_model(std::vector<torch::Tensor> weights, std::vector<int64_t> meta, std::vector<torch::Tensor> biases,
+                    std::vector<torch::Tensor> sinks, std::vector<int64_t> layer_layout, int64_t hidden,
+                    int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t inter, double eps,
+                    std::vector<torch::Tensor> head, int64_t head_bits, int64_t vocab, torch::Tensor norm_weight) {
+  auto m = std::make_shared<FusedModel>();
+  const int64_t layers = (int64_t)sinks.size();
+  TORCH_CHECK(layers > 0 && (int64_t)weights.size() == 4 * PARTS * layers && (int64_t)meta.size() == 8 * layers &&
+                  (int64_t)biases.size() == 4 * layers && (int64_t)layer_layout.size() == layers,
+              "fused_model: per-layer lists disagree");
+  const int64_t qs = heads * head_dim, width = qs + 2 * kv_heads * head_dim;
+  const int64_t widths[4] = {hidden, qs, hidden, inter};  // the input width of qkv, o, gate_up, down
+  const int64_t outs[4] = {width, hidden, 2 * inter, hidden};
+  for (int64_t l = 0; l < layers; ++l) {
+    TORCH_CHECK(layer_layout[l] >= 0 && layer_layout[l] < 64, "fused_model: layout index");
+    TORCH_CHECK(sinks[l].numel() == 0 || (sinks[l].numel() == heads && sinks[l].scalar_type() == at::kFloat &&
+                                          sinks[l].is_contiguous()),
+                "fused_model: sinks must be [KVH, G] float32");
+    for (int64_t j = 0; j < 4; ++j) {
+      const int64_t at = 4 * PARTS * l + PARTS * j, out_features = meta[8 * l + 4 + j];
+      Packed w = packed_of(weights[at], weights[at + 1], weights[at + 2], weights[at + 3], meta[8 * l + j],
+                           widths[j]);
+      TORCH_CHECK(out_features == outs[j] && w.T * TILE >= out_features,
+                  "fused_model: matrix shapes disagree with the model's");
+      const auto& bias = biases[4 * l + j];
+      TORCH_CHECK(bias.numel() == 0 || (bias.numel() == out_features && bias.scalar_type() == at::kFloat &&
+                                        bias.is_contiguous()),
+                  "fused_model: a bias must have out_features float32 values");
+      m->packed.push_back(w);
+    }
+  }
+  if (!head.empty()) {
+    TORCH_CHECK(head.size() == PARTS && norm_weight.numel() == hidden && norm_weight.is_contiguous() &&
+                    norm_weight.scalar_type() == at::kFloat,
+                "fused_model: head and final norm");
+    Packed w = packed_of(head[0], head[1], head[2], head[3], head_bits, hidden);
+    TORCH_CHECK(w.T * TILE >= vocab, "fused_model: the head's vocabulary exceeds its packed tiles");
+    m->packed.push_back(w);
+  }
+  m->weights = std::move(weights);
+  m->biases = std::move(biases);
+  m->sinks = std::move(sinks);
+  m->head = std::move(head);
+  m->meta = std::move(meta);
+  m->layer_layout = std::move(layer_layout);
+  m->norm_weight = norm_weight;
+  m->layers = layers;
+  m->heads = heads;
+  m->kv_heads = kv_heads;
+  m->head_dim = head_dim;
+  m->inter = inter;
+  m->hidden = hidden;
+  m->head_bits = head_bits;
+  m->vocab = vocab;
+  m->eps = eps;
+  std::lock_guard<std::mutex> guard(models_lock);
+  models[next_model] = m;
+  return next_model++;
+}
+
+void fused_model_free(int64_t model) {
+  std::lock_guard<std::mutex> guard(models_lock);
+  models.erase(model);
+}
+
 // residual [T, hidden] (the embedded tokens; updated in place and returned: the last layer's output, before the
 // final norm); h [T, hidden] its first norm; qkv [T, H*D + 2*KVH*D] the step's buffer; rope [T, H + KVH, D/2]
 // complex64, this step's rotation table; slots [T] int64; kv_cache [layers, 2*KVH, S, D].
-// Per layer l: weights[16 l ...] = (qkv, o, gate_up, down) x (qs, d, m, col_scale); meta[8 l ...] = their bits
-// and out_features; biases[4 l ...] (empty: none); sinks[l] (empty: none); layer_layout[l] the layout it reads.
 // Decode groups: groups[3 g ...] = (rows (empty: the range), gather [B, L], mask [B, L] or empty),
-// group_meta[3 g ...] = (layout, start, end). With `head` (the LM head's 4 tensors, 8- or 4-bit) and the final
-// norm's weight, returns [hidden state, logits of every row [T, vocab]], else [hidden state]. `threads`: the
-// GEMMs' thread count (one parallel region for the step; everything between GEMMs runs on the calling thread
-// while the others wait at a spinning barrier).
-std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h, torch::Tensor qkv, torch::Tensor rope,
-                            torch::Tensor slots, torch::Tensor kv_cache, std::vector<torch::Tensor> weights,
-                            std::vector<int64_t> meta, std::vector<torch::Tensor> biases,
-                            std::vector<torch::Tensor> sinks, std::vector<int64_t> layer_layout,
-                            std::vector<torch::Tensor> groups, std::vector<int64_t> group_meta, int64_t heads,
-                            int64_t kv_heads, int64_t head_dim, int64_t inter, double eps, int64_t threads,
-                            bool use_simd, std::vector<torch::Tensor> head, int64_t head_bits, int64_t vocab,
-                            torch::Tensor norm_weight) {
+// group_meta[3 g ...] = (layout, start, end). Returns [hidden state, logits of every row [T, vocab]] when the
+// model has its head, else [hidden state]. `threads`: the GEMMs' thread count (one parallel region for the step).
+std::vector<torch::Tensor> decode_layers(int64_t model, torch::Tensor residual, torch::Tensor h, torch::Tensor qkv,
+                                         torch::Tensor rope, torch::Tensor slots, torch::Tensor kv_cache,
+                                         std::vector<torch::Tensor> groups, std::vector<int64_t> group_meta,
+                                         int64_t threads, bool use_simd) {
+  std::shared_ptr<FusedModel> fm;
+  {
+    std::lock_guard<std::mutex> guard(models_lock);
+    auto found = models.find(model);
+    TORCH_CHECK(found != models.end(), "decode_layers: no such fused model (freed?)");
+    fm = found->second;
+  }
+  const auto& biases = fm->biases;
+  const auto& sinks = fm->sinks;
+  const auto& meta = fm->meta;
+  const auto& layer_layout = fm->layer_layout;
+  const auto& norm_weight = fm->norm_weight;
+  const int64_t heads = fm->heads, kv_heads = fm->kv_heads, head_dim = fm->head_dim, inter = fm->inter;
+  const int64_t vocab = fm->vocab;
+  const double eps = fm->eps;
   const int64_t layers = kv_cache.size(0);
   const int64_t T = residual.size(0), hidden = residual.size(1);
   const int64_t qs = heads * head_dim, kvs = kv_heads * head_dim, width = qs + 2 * kvs;
-  TORCH_CHECK((int64_t)weights.size() == 4 * PARTS * layers && (int64_t)meta.size() == 8 * layers &&
-                  (int64_t)biases.size() == 4 * layers && (int64_t)sinks.size() == layers &&
-                  (int64_t)layer_layout.size() == layers && groups.size() % 3 == 0 &&
+  TORCH_CHECK(fm->layers == layers && hidden == fm->hidden && groups.size() % 3 == 0 &&
                   group_meta.size() == groups.size(),
-              "decode_layers: per-layer lists disagree with the cache's layer count");
+              "decode_layers: the cache's layers, the hidden width or the group lists disagree with the model");
   TORCH_CHECK(residual.is_contiguous() && residual.scalar_type() == at::kFloat && h.is_contiguous() &&
                   h.sizes() == residual.sizes() && h.scalar_type() == at::kFloat,
               "decode_layers: residual and h must be contiguous [T, hidden] float32");
@@ -181,11 +274,7 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
   // a role's output buffer (qkv, o, gate_up, down: one GEMM of each role runs at a time) serves every layer
   float* role_out[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   int64_t role_width[5] = {0, 0, 0, 0, 0};
-  auto matrix = [&](int role, Packed w, int64_t out_features, const torch::Tensor& bias, float* result) {
-    TORCH_CHECK(w.T * TILE >= out_features, "decode_layers: out_features exceed the packed tiles");
-    TORCH_CHECK(bias.numel() == 0 || (bias.numel() == out_features && bias.scalar_type() == at::kFloat &&
-                                      bias.is_contiguous()),
-                "decode_layers: a bias must have out_features float32 values");
+  auto matrix = [&](int role, const Packed& w, int64_t out_features, const torch::Tensor& bias, float* result) {
     const bool padded = w.T * TILE != out_features || bias.numel() > 0;
     float* out = nullptr;
     if (!padded && result != nullptr) {
@@ -204,27 +293,16 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
     }
     mats.push_back(Matrix{w, out_features, bias.numel() ? bias.data_ptr<float>() : nullptr, out, result});
   };
-  const int64_t widths[4] = {hidden, qs, hidden, inter};  // the input width of qkv, o, gate_up, down
   for (int64_t l = 0; l < layers; ++l)
-    for (int64_t j = 0; j < 4; ++j) {
-      const int64_t at = 4 * PARTS * l + PARTS * j;
-      Packed w = packed_of(weights[at], weights[at + 1], weights[at + 2], weights[at + 3], meta[8 * l + j],
-                           widths[j]);
-      matrix((int)j, w, meta[8 * l + 4 + j], biases[4 * l + j], j == 0 ? qkv.data_ptr<float>() : nullptr);
-    }
-  const bool with_head = !head.empty();
+    for (int64_t j = 0; j < 4; ++j)
+      matrix((int)j, fm->packed[4 * l + j], meta[8 * l + 4 + j], biases[4 * l + j],
+             j == 0 ? qkv.data_ptr<float>() : nullptr);
+  const bool with_head = !fm->head.empty();
   torch::Tensor logits;
   if (with_head) {
-    TORCH_CHECK(head.size() == PARTS && norm_weight.numel() == hidden && norm_weight.is_contiguous() &&
-                    norm_weight.scalar_type() == at::kFloat,
-                "decode_layers: head and final norm");
-    Packed w = packed_of(head[0], head[1], head[2], head[3], head_bits, hidden);
     logits = torch::empty({T, vocab}, fopts);
-    matrix(4, w, vocab, torch::Tensor(), logits.data_ptr<float>());
+    matrix(4, fm->packed.back(), vocab, torch::Tensor(), logits.data_ptr<float>());
   }
-  TORCH_CHECK(mats[2].out_features == 2 * inter && mats[0].out_features == width &&
-                  mats[1].out_features == hidden && mats[3].out_features == hidden,
-              "decode_layers: matrix shapes disagree with the model's");
   // Decode groups: each has its q rows (a range of the step's rows, or gathered), its output buffer, and its
   // attention arguments for layer 0 (a layer moves the KV pointer); every layout's groups cover rows [0, T).
   const int64_t n_groups = (int64_t)groups.size() / 3;
@@ -259,13 +337,9 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
     jobs.push_back(Job{rows.numel() ? rows.data_ptr<int64_t>() : nullptr, start, end, layout,
                        rows.numel() ? qr.data_ptr<float>() : nullptr, qr, out, a});
   }
-  for (int64_t l = 0; l < layers; ++l) {
-    TORCH_CHECK(layer_layout[l] >= 0 && layer_layout[l] < 64 && covered[layer_layout[l]] == T,
+  for (int64_t l = 0; l < layers; ++l)
+    TORCH_CHECK(covered[layer_layout[l]] == T,
                 "decode_layers: a layer's layout has no decode groups covering the step's rows");
-    TORCH_CHECK(sinks[l].numel() == 0 || (sinks[l].numel() == heads && sinks[l].scalar_type() == at::kFloat &&
-                                          sinks[l].is_contiguous()),
-                "decode_layers: sinks must be [KVH, G] float32");
-  }
   const int64_t layer_stride = 2 * kv_heads * S * head_dim;
   float* kv_base = kv_cache.data_ptr<float>();
   float* qkv_p = qkv.data_ptr<float>();
@@ -429,4 +503,4 @@ std::vector<torch::Tensor> decode_layers(torch::Tensor residual, torch::Tensor h
 }
 """
 
-FUNCTIONS = ["decode_layers", "fused_phases"]
+FUNCTIONS = ["decode_layers", "fused_model", "fused_model_free", "fused_phases"]

@@ -25,6 +25,17 @@ MAX_ROWS = 64
 _NONE = torch.empty(0)
 
 
+class _ModelHandle:
+    """The C++ side's copy of a model's constant arguments (`fused_model`), freed when the last holder goes (a
+    shallow copy of a FusedDecode, as a profiler's wrapper makes, shares it)."""
+
+    def __init__(self, ext: Any, model_id: int) -> None:
+        self.ext, self.id = ext, model_id
+
+    def __del__(self) -> None:
+        self.ext.fused_model_free(self.id)
+
+
 class FusedDecode:
     """The flattened per-layer arguments of `decode_layers`, built once per model."""
 
@@ -58,6 +69,13 @@ class FusedDecode:
             self.head = [head.qs, head.d, head.m, head.col_scale]
             self.head_bits, self.vocab = head.bits, head.out_features
         self.norm = model.norm
+        a = model.arch
+        # the constant arguments, checked and unpacked once in C++: a step passes this handle
+        self.model = _ModelHandle(ext, ext.fused_model(
+            self.weights, self.meta, self.biases, self.sinks, self.layer_layout, a.hidden_size, a.num_heads,
+            a.num_kv_heads, a.head_dim, a.intermediate_size, a.rms_norm_eps, self.head, self.head_bits, self.vocab,
+            self.norm,
+        ))
 
     @classmethod
     def of(cls, model: DecoderModel) -> FusedDecode | None:
@@ -107,11 +125,9 @@ class FusedDecode:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(hidden states, the logits of every row or None when the head runs apart). The GEMMs get `threads`;
         the caller's OpenMP thread count is the same afterwards."""
-        a = self.arch
         groups, group_meta = self.groups_of(batch)
         out: list[torch.Tensor] = self.ext.decode_layers(
-            residual, h, qkv, rope, batch.slot_mapping, kv_cache, self.weights, self.meta, self.biases, self.sinks,
-            self.layer_layout, groups, group_meta, a.num_heads, a.num_kv_heads, a.head_dim, a.intermediate_size,
-            a.rms_norm_eps, threads, self.use_simd, self.head, self.head_bits, self.vocab, self.norm,
+            self.model.id, residual, h, qkv, rope, batch.slot_mapping, kv_cache, groups, group_meta, threads,
+            self.use_simd,
         )
         return out[0], (out[1] if len(out) > 1 else None)
