@@ -165,14 +165,17 @@ def _vacuous(branch: Any) -> bool:
     return branch is True or isinstance(branch, dict) and not (ASSERTIONS - _UNCOMPILED) & branch.keys()
 
 
-def _branches(root: Any, node: Any, key: str, value: Any) -> list[Any]:
+def _branches(root: Any, node: Any, key: str, value: Any, names: bool = True) -> list[Any]:
     """The branches of `node[key]` that shape `value`: every `allOf` branch; of `anyOf`/`oneOf`, the first the
-    value matches (the backends write the chosen branch's own property order, Github_trivial o83689), else all;
-    none where one branch is vacuous (`{"not": ...}` once `not` is left out: the list admits any value, llguidance
-    drops it, and its branches' names are written as undeclared keys, after the node's own: Github_trivial
-    o21864)."""
+    value matches (the backends write the chosen branch's own property order, Github_trivial o83689), else all.
+
+    With `names`, none where `node` has `properties` and one branch is vacuous (`{"not": ...}` once `not` is
+    left out): the list admits any value, llguidance drops it, and its branches' names are written as undeclared
+    keys after the node's own (Github_trivial o21864). Without own names, the branch's order is one llguidance's
+    any value takes too; and the branches that shape a property's value (`names=False`) keep it, as xgrammar
+    writes it (JsonSchemaStore ci.json's `{".": {"when": ..., "start_in": ...}}`)."""
     branches = node.get(key) if isinstance(node.get(key), list) else []
-    if key != "allOf" and any(map(_vacuous, branches)):
+    if names and key != "allOf" and node.get("properties") and any(map(_vacuous, branches)):
         return []
     if key == "allOf" or value is MISSING:
         return branches
@@ -244,7 +247,7 @@ def _subschemas_for(root: Any, node: Any, name: str, value: Any = MISSING, depth
     if not named and not matched and isinstance(node.get("additionalProperties"), dict):
         out.append(node["additionalProperties"])
     for key in ("allOf", "anyOf", "oneOf"):
-        for branch in _branches(root, node, key, value):
+        for branch in _branches(root, node, key, value, names=False):
             out += _subschemas_for(root, branch, name, value, depth + 1)
     return out
 

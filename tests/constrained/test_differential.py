@@ -701,3 +701,14 @@ def test_xgrammar_does_not_type_a_subschema_from_if_or_not(smol_tokenizer: Any) 
         assert validator(schema).is_valid([1])
         matcher = compiled(smol_tokenizer, schema, "xgrammar", strict=False)
         assert feed(matcher, smol_tokenizer, "[1]"), matcher.warnings
+
+
+def test_a_vacuous_branch_list_still_shapes_the_values_it_holds() -> None:
+    """JsonSchemaStore ci.json: a `.` key under `anyOf: [job_template, {"description": ...}]` holds a job written in
+    job_template's order by xgrammar (which strips that `patternProperties` and writes `additionalProperties`,
+    the same job); only the list's own names lose their branch order (o21864), not its values' key order."""
+    template = {"type": "object", "properties": {"w": INTEGER, "s": INTEGER}}
+    schema = {"type": "object", "definitions": {"t": template},
+              "patternProperties": {"^[.]": {"anyOf": [{"$ref": "#/definitions/t"}, {"description": "anything"}]}},
+              "additionalProperties": {"$ref": "#/definitions/t"}}  # fmt: skip
+    assert dumps(in_schema_order(schema, schema, {".": {"s": 1, "w": 2}})) == '{".":{"w":2,"s":1}}'
