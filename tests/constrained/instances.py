@@ -284,6 +284,7 @@ def in_schema_order(root: Any, node: Any, value: Any) -> Any:
     out = {}
     for key in keys:
         subs = _subschemas_for(root, node, key, value)
+        subs = [sub for sub in subs if sub not in (True, {})] or subs  # `"contains": true` beside a branch's object
         out[key] = in_schema_order(root, subs[0] if subs else {}, value[key])
     return out
 

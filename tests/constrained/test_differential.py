@@ -712,3 +712,12 @@ def test_a_vacuous_branch_list_still_shapes_the_values_it_holds() -> None:
               "patternProperties": {"^[.]": {"anyOf": [{"$ref": "#/definitions/t"}, {"description": "anything"}]}},
               "additionalProperties": {"$ref": "#/definitions/t"}}  # fmt: skip
     assert dumps(in_schema_order(schema, schema, {".": {"s": 1, "w": 2}})) == '{".":{"w":2,"s":1}}'
+
+
+def test_a_value_is_ordered_by_the_subschema_that_says_something_about_it() -> None:
+    """JsonSchemaStore helm-testsuite.json: `properties: {"contains": true, ...}` beside `oneOf` branches that
+    give `contains` an object of `path`, `content`; the `true` came first and left the value unordered."""
+    inner = {"type": "object", "properties": {"path": {"type": "string"}, "content": {}}}
+    schema = {"type": "object", "properties": {"contains": True}, "oneOf": [{"properties": {"contains": inner}}]}
+    value = {"contains": {"content": None, "path": "a"}}
+    assert dumps(in_schema_order(schema, schema, value)) == '{"contains":{"path":"a","content":null}}'
