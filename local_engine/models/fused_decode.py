@@ -37,44 +37,40 @@ class _ModelHandle:
 
 
 class FusedDecode:
-    """The flattened per-layer arguments of `decode_layers`, built once per model."""
+    """A model's fused decode step: its constant arguments handed to C++ once, and each step's decode groups."""
 
     def __init__(self, model: DecoderModel, ext: Any, gemm: GroupGemm) -> None:
         self.ext = ext
-        self.arch = model.arch
         self.use_simd = gemm.use_simd
-        self.weights: list[torch.Tensor] = []
-        self.meta: list[int] = []
-        self.biases: list[torch.Tensor] = []
-        self.sinks: list[torch.Tensor] = []
-        windows = model.attention_windows
-        self.layer_layout: list[int] = []
+        weights: list[torch.Tensor] = []
+        meta: list[int] = []
+        biases: list[torch.Tensor] = []
+        sinks: list[torch.Tensor] = []
+        layer_layout: list[int] = []
+        self.windows = model.attention_windows
         for layer in model.layers:
             mats: list[GroupWeight] = [layer.qkv, layer.o, layer.gate_up, layer.down]  # type: ignore[list-item]
             for w in mats:
                 assert w.qs is not None and w.d is not None and w.m is not None
-                self.weights += [w.qs, w.d, w.m, w.col_scale]
-            self.meta += [w.bits for w in mats] + [w.out_features for w in mats]
-            self.biases += [_NONE if b is None else b for b in
-                            (layer.qkv_bias, layer.o_bias, layer.gate_up_bias, layer.down_bias)]
-            self.sinks.append(_NONE if layer.sinks is None else layer.sinks.contiguous())
-            self.layer_layout.append(windows.index(layer.window))
-        self.windows = windows
+                weights += [w.qs, w.d, w.m, w.col_scale]
+            meta += [w.bits for w in mats] + [w.out_features for w in mats]
+            biases += [_NONE if b is None else b for b in
+                       (layer.qkv_bias, layer.o_bias, layer.gate_up_bias, layer.down_bias)]
+            sinks.append(_NONE if layer.sinks is None else layer.sinks.contiguous())
+            layer_layout.append(self.windows.index(layer.window))
         # the LM head in the same parallel region, where it runs in the group kernel (an fp32 head stays apart)
         head = model.lm_head
-        self.head: list[torch.Tensor] = []
-        self.head_bits = self.vocab = 0
+        head_parts: list[torch.Tensor] = []
+        head_bits = vocab = 0
         if isinstance(head, GroupWeight) and head.dense is None and head.qs is not None:
             assert head.d is not None and head.m is not None
-            self.head = [head.qs, head.d, head.m, head.col_scale]
-            self.head_bits, self.vocab = head.bits, head.out_features
-        self.norm = model.norm
+            head_parts = [head.qs, head.d, head.m, head.col_scale]
+            head_bits, vocab = head.bits, head.out_features
         a = model.arch
-        # the constant arguments, checked and unpacked once in C++: a step passes this handle
+        # the constant arguments, checked and unpacked once in C++ (which holds them): a step passes this handle
         self.model = _ModelHandle(ext, ext.fused_model(
-            self.weights, self.meta, self.biases, self.sinks, self.layer_layout, a.hidden_size, a.num_heads,
-            a.num_kv_heads, a.head_dim, a.intermediate_size, a.rms_norm_eps, self.head, self.head_bits, self.vocab,
-            self.norm,
+            weights, meta, biases, sinks, layer_layout, a.hidden_size, a.num_heads, a.num_kv_heads, a.head_dim,
+            a.intermediate_size, a.rms_norm_eps, head_parts, head_bits, vocab, model.norm,
         ))
 
     @classmethod
