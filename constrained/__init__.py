@@ -24,6 +24,7 @@ from parley.constrained.errors import (
     UnsupportedDraftError,
     UnsupportedSpecError,
     ValidationFailed,
+    ValidationUndecided,
 )
 from parley.constrained.hook import (
     THINK_END,
@@ -61,6 +62,7 @@ __all__ = [
     "UnsupportedDraftError",
     "UnsupportedSpecError",
     "ValidationFailed",
+    "ValidationUndecided",
     "compile",
     "compile_cache",
     "parse_tool_calls",

@@ -14,6 +14,7 @@ wrong, so a bad schema can never hang the engine or silently weaken a constraint
     ├── CompileLimitError           too large, or compiling took longer than the bound
     ├── BackendUnavailableError     the backend's library is not installed
     └── ValidationFailed            an output does not satisfy its spec (path + keyword)
+        └── ValidationUndecided     a lookaround/backreference pattern not decided in its time bound
 """
 
 from __future__ import annotations
@@ -73,3 +74,12 @@ class ValidationFailed(ConstrainedError):
         self.path = path
         self.keyword = keyword
         self.text = text
+
+
+class ValidationUndecided(ValidationFailed):
+    """An output could not be proven to satisfy its spec within the checker's time bound.
+
+    Only patterns with a lookaround or a backreference can get here (everything else is matched in
+    linear time, `parley.constrained.pattern_match`); the output is refused, never passed unchecked,
+    and `text` keeps it for the caller.
+    """

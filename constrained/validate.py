@@ -18,6 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from parley.constrained.errors import InvalidSpecError, ValidationFailed
+from parley.constrained.pattern_match import pattern_fullmatch, pattern_search
 from parley.constrained.specs import HERMES_CLOSE, HERMES_OPEN, Choice, Grammar, JsonSchema, Regex, Spec, ToolCalls
 
 
@@ -57,7 +58,7 @@ def _multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> An
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
     from jsonschema.exceptions import ValidationError
 
-    if validator.is_type(instance, "string") and not re.search(pattern, instance, re.ASCII):
+    if validator.is_type(instance, "string") and not pattern_search(pattern, instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
@@ -66,7 +67,7 @@ def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any,
         return
     for pattern, subschema in patterns.items():
         for key, item in instance.items():
-            if re.search(pattern, key, re.ASCII):
+            if pattern_search(pattern, key):
                 yield from validator.descend(item, subschema, path=key, schema_path=pattern)
 
 
@@ -77,7 +78,7 @@ def _additional_properties(validator: Any, extra: Any, instance: Any, schema: An
         return
     named = schema.get("properties", {})
     patterns = list(schema.get("patternProperties", {}))
-    extras = [k for k in instance if k not in named and not any(re.search(p, k, re.ASCII) for p in patterns)]
+    extras = [k for k in instance if k not in named and not any(pattern_search(p, k) for p in patterns)]
     if validator.is_type(extra, "object"):
         for key in extras:
             yield from validator.descend(instance[key], extra, path=key)
@@ -110,8 +111,9 @@ def schema_validator(schema: Any) -> Any:
       would pass `"tokenize"` as a uuid;
     - `multipleOf` is decided exactly, on the number the text spelled: `jsonschema` divides floats, so it
       rejects 0.3 as a multiple of 0.1 and passes -43536423848412.805;
-    - regexes (`pattern`, `patternProperties`, and so `additionalProperties`) are ECMA-262's, where `\\w`,
-      `\\d` and `\\s` are ASCII (Python's `re` would match `"Á"` with `^\\w$`); the backends agree.
+    - regexes (`pattern`, `patternProperties`, and so `additionalProperties`) are ECMA-262's, where `\\w`
+      and `\\d` are ASCII (Python's `re` would match `"Á"` with `^\\w$`) and `$` is the end of the text;
+      they run in time linear in the text (`parley.constrained.pattern_match`), so no output can hang this.
     """
     import jsonschema
 
@@ -235,7 +237,7 @@ def validate(output: Any, spec: Spec | dict[str, Any] | type) -> Any:
     if not isinstance(output, str):
         raise ValidationFailed(f"expected text, got {type(output).__name__}", keyword="type")
     if isinstance(spec, Regex):
-        if re.fullmatch(spec.pattern, output, flags=re.DOTALL) is None:
+        if not pattern_fullmatch(spec.pattern, output, dot_all=True):
             raise ValidationFailed(f"output does not match {spec.pattern!r}", keyword="regex", text=output)
         return output
     if isinstance(spec, Choice):

@@ -69,6 +69,7 @@ them all (the hosted-backend and server errors lazily, so `import parley` stays 
     │   ├── CompileLimitError
     │   ├── BackendUnavailableError
     │   └── ValidationFailed            names the path and keyword
+    │       └── ValidationUndecided     a lookaround pattern not decided in time
     ├── SandboxError                    parley.sandbox.errors (code, retryable)
     │   ├── SandboxUnavailable          "unavailable"
     │   ├── SandboxRequestError         "invalid_request"
@@ -113,6 +114,7 @@ from parley.constrained.errors import (
     UnsupportedDraftError,
     UnsupportedSpecError,
     ValidationFailed,
+    ValidationUndecided,
 )
 from parley.local_engine.errors import (
     AdmissionError,
@@ -428,5 +430,6 @@ __all__ = [
     "UnsupportedSpecError",
     "UsageLimitExceeded",
     "ValidationFailed",
+    "ValidationUndecided",
     "VocabularyUnavailableError",
 ]
