@@ -13,9 +13,11 @@ requests past their deadline, schedule, run the model, sample, append tokens, fi
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +38,20 @@ from parley.local_engine.tokenizer import Tokenizer
 
 Sink = Callable[[Any], None]
 _DEADLINE = "deadline"
+
+
+_RUNNING: weakref.WeakSet[EngineCore] = weakref.WeakSet()
+
+
+def _stop_running_loops() -> None:
+    """At interpreter exit, end every step loop still running, between two steps: a daemon thread frozen by
+    finalization inside a fused step (an OpenMP team in C++) aborted the process with "terminate called
+    without an active exception" when a script ended while an engine was generating."""
+    for core in list(_RUNNING):
+        core.stop(timeout=10)
+
+
+atexit.register(_stop_running_loops)
 
 
 class Admission:
@@ -115,6 +131,7 @@ class EngineCore:
     # ------------------------------------------------------------------ called from other threads
     def start(self) -> None:
         self._thread.start()
+        _RUNNING.add(self)
 
     def add(self, seq: Sequence, sink: Sink) -> None:
         self._commands.put(("add", (seq, sink)))

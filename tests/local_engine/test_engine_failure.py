@@ -110,3 +110,28 @@ async def test_waiters_notice_a_loop_that_died_without_notice(engine: Any, monke
         async with asyncio.timeout(BOUND_S):
             async for _ in engine.stream([5, 6], LONG):
                 pass
+
+
+_EXIT_WHILE_GENERATING = """
+import threading, time
+from parley.local_engine import Engine, SamplingParams
+engine = Engine.from_pretrained()
+ids = engine.tokenizer.encode("Hello there")
+threading.Thread(target=lambda: engine.generate([ids] * 4, SamplingParams(max_tokens=4000)), daemon=True).start()
+while engine.stats()["tokens_generated"] < 8:
+    time.sleep(0.05)
+print("leaving mid-generation", flush=True)
+"""
+
+
+def test_a_script_that_ends_while_its_engine_generates_exits_cleanly() -> None:
+    """The default (q4, fused step) engine is stopped between two steps at interpreter exit: frozen inside
+    the fused step's OpenMP team, its thread aborted the process ("terminate called without an active
+    exception", exit status 134)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _EXIT_WHILE_GENERATING], capture_output=True, text=True, timeout=300)
+    assert "leaving mid-generation" in done.stdout, done.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "terminate called" not in done.stderr
