@@ -135,15 +135,6 @@ def _escape_blind_patterns(parts: list[JsonPart], strict: bool) -> list[KeywordU
     return out
 
 
-def _uppercase_dates(parts: list[JsonPart]) -> list[KeywordUse]:
-    out = []
-    for part in parts:
-        for path, node in iter_subschemas(part.schema, part.label):
-            if node.get("format") in ("date-time", "time"):
-                out.append(KeywordUse("format", path, node, "xgrammar writes the T and Z of a time in uppercase only"))
-    return out
-
-
 def costly(backend: str, parts: list[JsonPart], options: JsonOptions) -> list[KeywordUse]:
     """Uses that `backend` enforces at a documented price in reachable values (a reason to rank it lower).
 
@@ -153,13 +144,12 @@ def costly(backend: str, parts: list[JsonPart], options: JsonOptions) -> list[Ke
     produces one (`"\\u0017sa.com"` for `\\.[a-z]{2,3}$`, Github_easy o68324), nor in an object key matched
     by a `patternProperties` regex it keeps (`{"x-\\"": 1}` for `^x-`, Github_hard o74015). llguidance counts lengths
     right and matches patterns on the decoded string. (A pattern that names `\\` or `"` is left to
-    validation on xgrammar instead: `pattern_mentions_escape`.) Its `date-time` and `time` rules take `T` and `Z`
-    in uppercase only (`1963-06-19t08:30:06z` is RFC 3339 too).
+    validation on xgrammar instead: `pattern_mentions_escape`.)
     """
     if backend != "xgrammar":
         return []
     lengths = _bounded_strings(parts) if options.lengths_in_grammar else []
-    return lengths + _escape_blind_patterns(parts, options.strict) + _uppercase_dates(parts)
+    return lengths + _escape_blind_patterns(parts, options.strict)
 
 
 def rank(spec: Spec, parts: list[JsonPart], options: JsonOptions | None, unenforced: Unenforced) -> Ranking:

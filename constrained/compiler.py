@@ -255,10 +255,11 @@ def _strip_set(name: str, missing: list[KeywordUse]) -> set[tuple[str, str]]:
 
         missing = [u for u in missing if u.reason not in KEPT]
     else:
-        from parley.constrained.backends.outlines import STRIPPED
+        from parley.constrained.backends.outlines import KEPT, STRIPPED
 
         # a pattern next to length bounds is dropped by outlines-core itself; strip only the escaping ones
         missing = [u for u in missing if u.keyword != "pattern" or pattern_mentions_escape(u.schema["pattern"])]
+        missing = [u for u in missing if u.reason not in KEPT]
     return {(use.keyword, use.path) for use in missing if use.keyword in STRIPPED}
 
 

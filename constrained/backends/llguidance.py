@@ -56,7 +56,13 @@ from parley.constrained.errors import (
     UnsupportedSpecError,
 )
 from parley.constrained.schema import dispatch
-from parley.constrained.schema.patterns import pattern_has_lookahead, pattern_has_lookbehind_or_backreference
+from parley.constrained.schema.patterns import (
+    WIDER_FORMAT,
+    format_pattern_gaps,
+    formats_as_patterns,
+    pattern_has_lookahead,
+    pattern_has_lookbehind_or_backreference,
+)
 from parley.constrained.schema.walk import KeywordUse, iter_subschemas, scan_keywords
 from parley.constrained.schema.widen import admits_fractions
 from parley.constrained.specs import HERMES_CLOSE, HERMES_OPEN, ToolCalls
@@ -70,8 +76,14 @@ UNENFORCED = {
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "contains",
     "minContains", "maxContains", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "uniqueItems",
 }  # fmt: skip
-SUPPORTED_FORMATS = {
-    "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid", "uri",
+SUPPORTED_FORMATS = {"date", "time", "date-time", "duration", "ipv4", "uuid", "uri"}
+# Found by checking the formats exactly (tests/constrained/test_format_grammars.py): llguidance's own rules reject
+# quoted and address-literal emails ('"joe bloggs"@example.com', 'a@[IPv6:::1]'), a host name's final dot
+# ("example.com.") and IPv6 addresses ending in IPv4 ("::ffff:1.2.3.4"), and it has no rule for the others:
+# parley's exact regexes (`parley.constrained.formats.GRAMMAR_PATTERNS`) are compiled in their place.
+OWN_PATTERN_FORMATS = {
+    "email", "idn-email", "hostname", "ipv6", "uri-reference", "iri", "iri-reference", "uri-template", "json-pointer",
+    "relative-json-pointer",
 }  # fmt: skip
 LENGTHS = {"minLength", "maxLength"}
 BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
@@ -89,7 +101,7 @@ LOOKAROUND = "look-arounds and backreferences are not supported"
 # in any year ("2021-02-29") and a leap second at any hour ("22:59:60Z"). Wider, never narrower: kept, validated.
 LOOSE_DATES = "its date rules admit February 29 in any year and leap seconds at any hour"
 DATE_FORMATS = {"date", "date-time", "time"}
-KEPT = {LOOSE_DATES}
+KEPT = {LOOSE_DATES, WIDER_FORMAT}
 
 
 def _llg() -> Any:
@@ -125,6 +137,8 @@ def unenforced(schema: Any, root: str, options: JsonOptions) -> list[KeywordUse]
             out.append(use)
         elif use.keyword in LENGTHS and not options.lengths_in_grammar:
             out.append(use)
+        elif use.keyword == "format" and value in OWN_PATTERN_FORMATS:
+            out += format_pattern_gaps(use)
         elif use.keyword == "format" and value not in SUPPORTED_FORMATS:
             out.append(use)
         elif use.keyword == "format" and value in DATE_FORMATS:
@@ -344,7 +358,8 @@ class LLGuidanceBackend:
             raise UnsupportedSpecError("llguidance cannot compile a patternProperties key with a look-around")
         if isinstance(schema, bool):
             schema = {} if schema else {"not": {}}
-        schema = anchor_patterns(close_objects(type_untyped(schema)) if options.strict else schema)
+        schema = close_objects(type_untyped(schema)) if options.strict else schema
+        schema = anchor_patterns(formats_as_patterns(schema, OWN_PATTERN_FORMATS))
         if options.compact:
             guidance: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
         else:

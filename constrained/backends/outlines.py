@@ -26,7 +26,12 @@ from parley.constrained.errors import (
     UnsupportedSpecError,
 )
 from parley.constrained.schema import dispatch
-from parley.constrained.schema.patterns import pattern_mentions_escape
+from parley.constrained.schema.patterns import (
+    WIDER_FORMAT,
+    format_pattern_gaps,
+    formats_as_patterns,
+    pattern_mentions_escape,
+)
 from parley.constrained.schema.walk import KeywordUse, scan_keywords
 from parley.constrained.specs import ToolCalls
 
@@ -41,9 +46,16 @@ UNENFORCED = {
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minProperties", "maxProperties",
     "patternProperties", "uniqueItems",
 }  # fmt: skip
-SUPPORTED_FORMATS = {"date-time", "date", "time", "uuid", "uri", "email"}
+# Found by checking the formats exactly (tests/constrained/test_format_grammars.py): outlines-core's own rules
+# reject valid date-times ("1963-06-19T08:30:06.283185Z"), times ("08:30:06.5+01:00"), URIs ("mailto:a@b.c",
+# "a:") and emails ("BW@m.a.nikE") and pass invalid ones; only its uuid rule is used. Formats with a parley
+# regex free of `"` and `\` (which it would match unescaped) are compiled as that regex, the rest validated.
+SUPPORTED_FORMATS = {"uuid"}
+OWN_PATTERN_FORMATS = {"date-time", "time", "duration", "ipv4", "ipv6", "uri", "uri-reference", "hostname"}
 # Unenforced uses of these are removed from the schema before outlines-core sees it.
-STRIPPED = {"pattern"}
+STRIPPED = {"pattern", "format"}
+KEPT = {WIDER_FORMAT}  # wider: kept in the grammar and validated
+LENGTHS = {"minLength", "maxLength"}  # outlines-core reads these before a pattern, and drops the pattern
 
 
 def _oc() -> Any:
@@ -66,6 +78,8 @@ def unenforced(schema: Any, root: str, options: JsonOptions | None = None) -> li
         value = use.schema.get(use.keyword)
         if use.keyword in UNENFORCED:
             out.append(use)
+        elif use.keyword == "format" and value in OWN_PATTERN_FORMATS and not LENGTHS & use.schema.keys():
+            out += format_pattern_gaps(use)
         elif use.keyword == "format" and value not in SUPPORTED_FORMATS:
             out.append(use)
         elif use.keyword == "format" and ({"minLength", "maxLength", "pattern"} & use.schema.keys()):
@@ -188,6 +202,7 @@ class OutlinesBackend:
         from outlines_core.json_schema import build_regex_from_schema
 
         whitespace = "" if options.compact else f"[ \\t\\n\\r]{{0,{options.max_whitespace}}}"
+        schema = formats_as_patterns(schema, OWN_PATTERN_FORMATS)
         try:
             return str(build_regex_from_schema(json.dumps(schema), whitespace))
         except Exception as exc:

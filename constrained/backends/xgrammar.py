@@ -25,6 +25,9 @@ from parley.constrained.errors import (
 )
 from parley.constrained.schema import dispatch
 from parley.constrained.schema.patterns import (
+    WIDER_FORMAT,
+    format_pattern_gaps,
+    formats_as_patterns,
     pattern_has_lookahead,
     pattern_has_lookbehind_or_backreference,
     pattern_has_optional_repeat_edge,
@@ -45,14 +48,18 @@ UNENFORCED = {
     "minContains", "maxContains", "multipleOf", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
 }  # fmt: skip
 LENGTHS = {"minLength", "maxLength"}
-# "uri-reference" is left out: xgrammar's rule rejects absolute references ("https://example.com/x"); "email"
-# too: its rule wants two characters in every domain label after the first dot ("a@b.c", "BW@m.a.nikE" are
-# rejected; Github_medium o71405), so emails are validated and auto prefers llguidance; "hostname" too: its
-# rule takes lowercase letters only ("G5.sport", "Ab" are rejected; host names ignore case, Github_hard o27023).
-SUPPORTED_FORMATS = {
-    "date", "time", "date-time", "duration", "ipv4", "ipv6", "uuid", "uri",
-    "uri-template", "json-pointer", "relative-json-pointer",
-}  # fmt: skip
+# Its own rules are not used for "uri-reference" (absolute references rejected: "https://example.com/x"),
+# "hostname" (lowercase letters only: "G5.sport" rejected, Github_hard o27023) and "email" (two characters in
+# every domain label after the first dot: "a@b.c" rejected, Github_medium o71405). Emails are validated (parley's
+# regex admits `"` and `\` in a quoted local part, which xgrammar cannot write under a pattern: `choice.costly`).
+SUPPORTED_FORMATS = {"date", "time", "date-time", "duration", "uuid", "uri-template", "json-pointer"}
+# Found by checking the formats exactly (tests/constrained/test_format_grammars.py): xgrammar's own rules reject
+# IPv6 addresses ending in IPv4 ("1:2:3:4:5:6:1.2.3.4") and URIs with an IP-literal host ("http://[2001:db8::7]/");
+# they accept an invalid IPv4 or IPv6 address; parley's exact regexes (`parley.constrained.formats`) are compiled
+# in their place, and for the formats it has no rule for whose regexes admit no escaped character.
+OWN_PATTERN_FORMATS = {"ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "hostname", "date-time", "time"}
+# Its relative-json-pointer rule rejects index shifts ("0+1/a"), and parley's regex would be escape-blind here.
+RELATIVE_POINTER = "its rule rejects index shifts (0+1/a)"
 BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 # xgrammar refuses integer bounds outside the signed 64-bit range ("precision loss at 64-bit boundary").
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -65,11 +72,11 @@ LOOKAHEAD = "lookaheads are read as always true"
 # repeated atom, xgrammar's string regex also admits that atom alone ("-P0Y0" for `^-?P([0-9]+Y)?...$`).
 WIDENED = "its string regex admits more than an optional group with a repeated atom at an end, e.g. (a+b)?"
 # Found by checking the formats exactly (parley.constrained.formats): xgrammar's date rules take any day up to 31
-# ("1990-02-31", "2021-02-29") and a leap second at any hour ("22:59:60Z"); they also want an uppercase `T`/`Z`
-# (a price, `choice.costly`).
+# ("1990-02-31", "2021-02-29") and a leap second at any hour ("22:59:60Z"); its date-time and time rules also
+# want an uppercase `T`/`Z` ("1963-06-19t08:30:06z" is RFC 3339 too), so parley's regex replaces those two.
 LOOSE_DATES = "its date rules admit impossible days (2021-02-29, 1990-02-31) and leap seconds at any hour"
 DATE_FORMATS = {"date", "date-time", "time"}
-KEPT = {LOOKAHEAD, WIDENED, LOOSE_DATES}  # wider: kept in the grammar and validated
+KEPT = {LOOKAHEAD, WIDENED, LOOSE_DATES, WIDER_FORMAT}  # wider: kept in the grammar and validated
 # Stripped from the schema before xgrammar sees it (it would enforce them incorrectly or reject them).
 STRIPPED = {"minLength", "maxLength", "format", "patternProperties", "pattern"} | BOUNDS
 
@@ -116,6 +123,10 @@ def _keyword_rules(uses: list[KeywordUse], lengths_in_grammar: bool, strict: boo
             out.append(use)
         elif use.keyword == "uniqueItems" and value is True:
             out.append(use)
+        elif use.keyword == "format" and value in OWN_PATTERN_FORMATS:
+            out += format_pattern_gaps(use)
+        elif use.keyword == "format" and value == "relative-json-pointer":
+            out.append(replace(use, reason=RELATIVE_POINTER))
         elif use.keyword == "format" and value not in SUPPORTED_FORMATS:
             out.append(use)
         elif use.keyword == "format" and value in DATE_FORMATS:
@@ -230,6 +241,7 @@ class XGrammarBackend:
             kwargs.update(any_whitespace=True, max_whitespace_cnt=options.max_whitespace)
         if not options.strict:  # JSON Schema semantics: an untyped `{"items": ...}` also admits non-arrays
             schema = widen_untyped(schema)
+        schema = formats_as_patterns(schema, OWN_PATTERN_FORMATS)
         try:
             return xgr.Grammar.from_json_schema(json.dumps(schema), **kwargs)
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError with converter messages

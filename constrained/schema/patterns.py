@@ -12,7 +12,7 @@ import copy
 import re
 from typing import Any, NamedTuple
 
-from parley.constrained.schema.walk import iter_subschemas
+from parley.constrained.schema.walk import KeywordUse, iter_subschemas
 
 
 def _split_top_level(pattern: str) -> list[str]:
@@ -110,6 +110,40 @@ def rewrite_patterns(schema: Any) -> Any:
 # holding one is rejected. On xgrammar such patterns are left out of the grammar and validated instead.
 # (llguidance matches the decoded string: no blind spot there.)
 _ESCAPE_MENTIONS = re.compile(r'"|\\\\|\\x(?:5[cC]|22)|\\u00(?:5[cC]|22)|\\x\{(?:5[cC]|22)\}')
+
+
+BESIDE_PATTERN = "parley's regex for this format cannot be combined with the node's own pattern"
+WIDER_FORMAT = "parley's regex for this format leaves a host name's length or a date's calendar to validation"
+
+
+def format_pattern_gaps(use: KeywordUse) -> list[KeywordUse]:
+    """What a `format` use compiled as parley's regex (`formats_as_patterns`) leaves to validation: all of
+    it beside the node's own pattern (stripped), the length bound of a wider regex (kept, then validated)."""
+    from parley.constrained.formats import WIDER_THAN_CHECK
+
+    if "pattern" in use.schema:
+        return [KeywordUse(use.keyword, use.path, use.schema, BESIDE_PATTERN)]
+    if use.schema.get("format") in WIDER_THAN_CHECK:
+        return [KeywordUse(use.keyword, use.path, use.schema, WIDER_FORMAT)]
+    return []
+
+
+def formats_as_patterns(schema: Any, names: set[str]) -> Any:
+    """A copy of `schema` where each `format` in `names` is replaced by parley's full-match regex for it
+    (`parley.constrained.formats.GRAMMAR_PATTERNS`), so a backend whose own rule for the format rejects valid
+    values enforces parley's check instead. A node with its own `pattern` keeps its `format`: one regex cannot
+    say both (the backends leave such a format to validation)."""
+    from parley.constrained.formats import GRAMMAR_PATTERNS
+
+    if not isinstance(schema, dict):
+        return schema
+    out = copy.deepcopy(schema)
+    for _, node in iter_subschemas(out):
+        name = node.get("format")
+        if name in names and name in GRAMMAR_PATTERNS and "pattern" not in node:
+            del node["format"]
+            node["pattern"] = GRAMMAR_PATTERNS[name]
+    return out
 
 
 def pattern_mentions_escape(pattern: str) -> bool:

@@ -43,6 +43,12 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | `(a+b)?` in a pattern | xgrammar | none: `"-P0Y0"` passed silently (Github_trivial o41609) | validated |
 | untyped `oneOf` branches | every backend | none: `{"creditcard":"x"}` passed (Github_trivial o51159) | validated |
 | `date`, `date-time`, `time` | both | none: `2021-02-29`, `22:59:60Z` passed (exact format checks) | validated |
+| `format: date-time`, `time` | xgrammar | `1963-06-19t08:30:06z` (lowercase `t`, `z`) | parley's regex |
+| `format: email`, `hostname`, `ipv6` | llguidance | `"a b"@c.d`, `example.com.`, `::ffff:1.2.3.4` | parley's regex |
+| `format: ipv6`, `uri` | xgrammar | `1:2:3:4:5:6:1.2.3.4`, `http://[2001:db8::7]/` | parley's regex |
+| `format: ipv4` | xgrammar | none: an invalid address passed | parley's regex |
+| `format` (all but uuid) | outlines | `08:30:06.5+01:00`, `mailto:a@b.c`, `BW@m.a.nikE` | regex or validated |
+| `format: relative-json-pointer` | xgrammar | `0+1/a` (an index shift) | stripped, validated |
 | `$ref` to a plain-name `id` (`#p`) | xgrammar | none: `{"maxSecurity":"x"}` passed (Github_medium o35905) | pointed |
 | untyped `properties` beside `if` | xgrammar | `1` as an item (Github_medium o3385) | widened |
 | a branch that is only `not` | (the tests) | `{"LastName":"","Age":0.0}` (Github_trivial o21864) | no branch order |
@@ -392,9 +398,10 @@ def test_xgrammar_cannot_write_escapes_under_a_pattern_so_auto_takes_llguidance(
 @pytest.mark.parametrize(
     ("fmt", "value"), [("email", '"BW@m.a.nikE"'), ("hostname", '"fr.y.q.G5.sport"')]
 )  # Github_medium o71405, Github_hard o27023
-def test_xgrammar_validates_emails_and_hostnames_its_rules_would_reject(
+def test_xgrammar_never_uses_its_email_and_hostname_rules_which_reject_valid_values(
     smol_tokenizer: Any, fmt: str, value: str
 ) -> None:
+    """Emails are validated on xgrammar; host names take parley's regex, their length validated."""
     schema = {"type": "string", "format": fmt}
     assert validator(schema).is_valid(json.loads(value))
     matcher = compiled(smol_tokenizer, schema, "xgrammar")
@@ -402,7 +409,8 @@ def test_xgrammar_validates_emails_and_hostnames_its_rules_would_reject(
     with pytest.raises(ValidationFailed):
         matcher.validate('"a b"')
     auto = compiled(smol_tokenizer, schema)
-    assert auto.backend == "llguidance" and not auto.needs_validation and feed(auto, smol_tokenizer, value)
+    assert auto.backend == "llguidance" and feed(auto, smol_tokenizer, value)
+    assert auto.needs_validation is (fmt == "hostname")  # a host name's 253-character bound
 
 
 def test_llguidance_compiles_a_oneof_it_cannot_prove_disjoint_and_validates_exclusivity(smol_tokenizer: Any) -> None:
@@ -647,14 +655,16 @@ def test_date_formats_stay_in_the_grammar_and_are_validated(
     assert not feed(matcher, smol_tokenizer, '"not a date"')  # still in the grammar
 
 
-def test_xgrammar_writes_times_in_uppercase_a_price_auto_weighs(smol_tokenizer: Any) -> None:
+def test_xgrammar_takes_times_in_either_case_through_parleys_regex(smol_tokenizer: Any) -> None:
+    """Its own date-time rule wanted `T` and `Z` in uppercase (a price auto weighed); parley's regex takes both."""
     schema = {"type": "string", "format": "date-time"}
     lower = json.dumps("1963-06-19t08:30:06z")
     validate(lower, schema)
-    assert not feed(compiled(smol_tokenizer, schema, "xgrammar"), smol_tokenizer, lower)  # the price
-    auto = compiled(smol_tokenizer, schema)
-    assert auto.backend == "llguidance" and "xgrammar: 1 keyword use(s) left to validation, 1 use(s)" in auto.choice
-    assert feed(auto, smol_tokenizer, lower)
+    matcher = compiled(smol_tokenizer, schema, "xgrammar")
+    assert feed(matcher, smol_tokenizer, lower)
+    assert matcher.needs_validation  # the calendar: 2021-02-29 is in the regex
+    matcher.reset()
+    assert not feed(matcher, smol_tokenizer, json.dumps("1963-06-19 08:30:06Z"))
 
 
 ANCHORED = [

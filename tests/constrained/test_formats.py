@@ -26,7 +26,8 @@ VALID = {
     "relative-json-pointer": ["0", "1", "0/foo/bar", "2/0/baz/1/zip", "0#", "120/foo/bar", "0+1/a"],
     "hostname": ["example.com", "fr.y.q.G5.sport", "a", "xn--4gbwdl.xn--wgbh1c", "example.com."],
     "email": ["joe.bloggs@example.com", '"joe bloggs"@example.com', '"joe..bloggs"@example.com',
-              "joe.bloggs@[127.0.0.1]", "joe.bloggs@[IPv6:::1]", "te~st@example.com", "BW@m.a.nikE", "a@b.c"],
+              "joe.bloggs@[127.0.0.1]", "joe.bloggs@[IPv6:::1]", "te~st@example.com", "BW@m.a.nikE", "a@b.c",
+              "a@[IPv6:1:2:3:4:5:6:1.2.3.4]", "a@[ipv6:::1]", "a@[tag:x]", "a@[IPV6x:1]", "a@[i-v6:x]", "a@[ipv7:%]"],
     "idn-email": ["실례@실례.테스트", "joe.bloggs@example.com"],
 }  # fmt: skip
 INVALID = {
@@ -50,7 +51,8 @@ INVALID = {
     "relative-json-pointer": ["/foo/bar", "-1/foo/bar", "+1/foo/bar", "0##", "01/a", "01#", "", "1/~2"],
     "hostname": ["-a.com", "a-.com", "a..b", "", "a_b.com", "a" * 64 + ".com", "exa mple.com"],
     "email": ["2962", ".test@example.com", "test.@example.com", "te..st@example.com", "joe.bloggs@invalid=domain.com",
-              "joe.bloggs@[127.0.0.300]", "a b@c.d", "a@", "@b.c", "a@-b.c", "실례@실례.테스트"],
+              "joe.bloggs@[127.0.0.300]", "a b@c.d", "a@", "@b.c", "a@-b.c", "실례@실례.테스트", "a@[ipv6:zz]",
+              "a@[IpV6:1]", "a@[1.2.3.04]", "a@[-a:x]", "a@[tag:]", "a@[IPv6:::1%eth0]"],
     "idn-email": ["2962", "a@", ".a@b.c"],
 }  # fmt: skip
 

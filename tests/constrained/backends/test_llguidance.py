@@ -106,8 +106,12 @@ def test_unimplemented_keywords_are_stripped_named_and_validated(smol_tokenizer:
     matcher = llg(smol_tokenizer, JsonSchema(schema))
     assert admits(smol_tokenizer, matcher, "[1,1]") and matcher.needs_validation
     assert {"uniqueItems", "contains"} <= {w.split("'")[1] for w in matcher.warnings}
-    unknown = llg(smol_tokenizer, JsonSchema({"type": "string", "format": "uri-template"}))
-    assert unknown.needs_validation and admits(smol_tokenizer, unknown, '"/a/{b}"')
+    unknown = llg(smol_tokenizer, JsonSchema({"type": "string", "format": "regex"}))
+    assert unknown.needs_validation and admits(smol_tokenizer, unknown, '"[a-z]+"')
+    # a format llguidance has no rule for, and parley has a regex for, is enforced by that regex
+    template = llg(smol_tokenizer, JsonSchema({"type": "string", "format": "uri-template"}))
+    assert not template.needs_validation and admits(smol_tokenizer, template, '"/a/{b}"')
+    assert not admits(smol_tokenizer, template, '"/a/{b"')
 
 
 def test_regexes_choices_and_tool_calls(smol_tokenizer: Any) -> None:
