@@ -44,6 +44,7 @@ from parley.constrained.errors import (
     UnsupportedSpecError,
 )
 from parley.constrained.matcher import Matcher
+from parley.constrained.pattern_match import check_pattern
 from parley.constrained.schema.patterns import pattern_mentions_escape
 from parley.constrained.schema.prepare import JsonPart, json_parts
 from parley.constrained.schema.walk import KeywordUse, strip_keywords
@@ -181,6 +182,7 @@ def _compile_uncached(
             re.compile(spec.pattern)
         except re.error as exc:
             raise InvalidRegexError(f"invalid regex {spec.pattern!r}: {exc}") from None
+        check_pattern(spec.pattern, python=True)  # what the validator will read
     elif isinstance(spec, Grammar) and not spec.ebnf.strip():
         from parley.constrained.errors import GrammarSyntaxError
 

@@ -219,7 +219,22 @@ def is_hostname(instance: object) -> bool:
     return _is_hostname_text(instance) and len(instance.removesuffix(".")) <= 253
 
 
+def is_regex(instance: object) -> bool:
+    """An ECMA-262 regular expression, as JSON Schema's `regex` format and `pattern` keyword read it."""
+    from parley.constrained.errors import InvalidRegexError
+    from parley.constrained.pattern_match import check_pattern
+
+    if not isinstance(instance, str):
+        return True
+    try:
+        check_pattern(instance)
+    except InvalidRegexError:
+        return False
+    return True
+
+
 CHECKS: dict[str, Callable[[object], bool]] = {
+    "regex": is_regex,
     "date-time": is_date_time,
     "time": is_time,
     "duration": is_duration,

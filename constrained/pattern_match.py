@@ -119,11 +119,29 @@ _Node = tuple[Any, ...]
 _Instruction = tuple[Any, ...]
 
 
-class _Parser:
-    """ECMA-262 pattern syntax with Annex B's leniencies (a `{` that opens no quantifier is a literal)."""
+@functools.lru_cache(maxsize=8)
+def _python_class(escape: str) -> _Ranges:
+    """The code points Python's `re` (str patterns, no ASCII flag) matches with `\\d`, `\\w` or `\\s`."""
+    import re
 
-    def __init__(self, pattern: str, dot_all: bool) -> None:
-        self.pattern, self.at, self.dot_all = pattern, 0, dot_all
+    compiled = re.compile("\\" + escape)
+    ranges: list[tuple[int, int]] = []
+    for code in range(_MAX_CODE_POINT + 1):
+        if compiled.match(chr(code)):
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1] = (ranges[-1][0], code)
+            else:
+                ranges.append((code, code))
+    return tuple(ranges)
+
+
+class _Parser:
+    """ECMA-262 pattern syntax with Annex B's leniencies (a `{` that opens no quantifier is a literal); with
+    `python`, the readings of Python's `re` where they differ (Unicode `\\d` `\\w` `\\s`, `.` stops at `\\n` only,
+    `$` also before a final newline, `\\A` `\\Z`, a `]` first in a class is a literal)."""
+
+    def __init__(self, pattern: str, dot_all: bool, python: bool = False) -> None:
+        self.pattern, self.at, self.dot_all, self.python = pattern, 0, dot_all, python
 
     def error(self, message: str) -> InvalidRegexError:
         return InvalidRegexError(f"invalid regex {self.pattern!r} at position {self.at}: {message}")
@@ -192,9 +210,10 @@ class _Parser:
         if ch == "^":
             return ("assert", "^")
         if ch == "$":
-            return ("assert", "$")
+            return ("assert", "$py" if self.python else "$")
         if ch == ".":
-            return ("set", _CharSet(((0, _MAX_CODE_POINT),) if self.dot_all else _complement(_LINE_TERMINATORS)))
+            stops = ((0x0A, 0x0A),) if self.python else _LINE_TERMINATORS
+            return ("set", _CharSet(((0, _MAX_CODE_POINT),) if self.dot_all else _complement(stops)))
         if ch == "(":
             return self.group()
         if ch == "[":
@@ -216,6 +235,8 @@ class _Parser:
                 if close < 0:
                     raise self.error("unterminated group name")
                 self.at = close + 1
+            elif self.python:
+                raise _NeedsBacktracking  # inline flags, atomic groups, comments: the `regex` package reads them
             else:
                 raise self.error("unknown group extension")
         node = self.alternation()
@@ -231,8 +252,12 @@ class _Parser:
         if ch in ("b", "B"):
             self.at += 1
             return ("assert", ch)
-        if ch in "123456789" or ch == "k":
-            raise _NeedsBacktracking
+        if self.python and ch in ("A", "Z"):
+            self.at += 1
+            return ("assert", "^" if ch == "A" else "$")
+        octal = ch == "0" and self.peek(1).isdigit()
+        if ch in "123456789" or ch == "k" or (self.python and (ch == "N" or octal)):
+            raise _NeedsBacktracking  # backreferences; Python's named characters and octal escapes
         return ("set", self.class_escape())
 
     def class_escape(self, in_class: bool = False) -> _CharSet:
@@ -241,6 +266,7 @@ class _Parser:
         self.at += 1
         if ch in _CLASS_ESCAPES:
             ranges, negated = _CLASS_ESCAPES[ch]
+            ranges = _python_class(ch.lower()) if self.python else ranges
             return _CharSet(_complement(ranges) if negated else ranges)
         if ch in ("p", "P") and self.peek() == "{" and "}" in self.pattern[self.at :]:
             close = self.pattern.index("}", self.at)
@@ -267,6 +293,9 @@ class _Parser:
         if ch == "x" and len(hex_pair) == 2 and all(c in _HEX for c in hex_pair):
             self.at += 2
             return int(self.pattern[self.at - 2 : self.at], 16)
+        if self.python and ch == "U" and all(c in _HEX for c in self.pattern[self.at : self.at + 8]):
+            self.at += 8
+            return int(self.pattern[self.at - 8 : self.at], 16)
         if ch == "u":
             digits = self.pattern[self.at : self.at + 4]
             if len(digits) == 4 and all(c in _HEX for c in digits):
@@ -284,6 +313,9 @@ class _Parser:
         if negated:
             self.at += 1
         ranges: list[tuple[int, int]] = []
+        if self.python and self.peek() == "]":  # Python: `[]a]` is the class of `]` and `a`
+            self.at += 1
+            ranges.append((0x5D, 0x5D))
         while self.peek() != "]":
             if self.peek() == "":
                 raise self.error("unterminated character set")
@@ -363,32 +395,35 @@ class _Compiler:
             self.program[split] = ("split", split + 1, len(self.program))
 
 
-def _is_word(text: str, at: int) -> bool:
-    return 0 <= at < len(text) and ord(text[at]) in _WORD_SET
-
-
-_WORD_SET = _CharSet(_WORD)
+_Context = tuple[bool, bool, bool, bool, bool]  # at the start, at the end, before a final "\n", word before, after
 
 
 class LinearPattern:
-    """A pattern compiled for linear-time matching; `search` and `fullmatch` answer yes or no."""
+    """A pattern compiled for linear-time matching; `search` and `fullmatch` answer yes or no.
 
-    def __init__(self, pattern: str, *, dot_all: bool = False) -> None:
+    `python` reads it as Python's `re` does (Regex specs), not as ECMA-262 (JSON Schema's `pattern`)."""
+
+    def __init__(self, pattern: str, *, dot_all: bool = False, python: bool = False) -> None:
         compiler = _Compiler()
-        compiler.node(_Parser(pattern, dot_all).parse())
+        compiler.node(_Parser(pattern, dot_all, python).parse())
         compiler.emit(("match",))
         self.program = compiler.program
         self.pattern = pattern
-        self._closures: dict[tuple[frozenset[int], tuple[bool, bool, bool, bool]], frozenset[int]] = {}
+        self._word = _CharSet(_python_class("w") if python else _WORD)
+        self._closures: dict[tuple[frozenset[int], _Context], frozenset[int]] = {}
         self._steps: dict[tuple[frozenset[int], str], frozenset[int]] = {}
 
-    def _closure(self, seeds: frozenset[int], context: tuple[bool, bool, bool, bool]) -> frozenset[int]:
+    def _is_word(self, text: str, at: int) -> bool:
+        return 0 <= at < len(text) and ord(text[at]) in self._word
+
+    def _closure(self, seeds: frozenset[int], context: _Context) -> frozenset[int]:
         key = (seeds, context)
         found = self._closures.get(key)
         if found is not None:
             return found
-        at_start, at_end, word_before, word_after = context
-        holds = {"^": at_start, "$": at_end, "b": word_before != word_after, "B": word_before == word_after}
+        at_start, at_end, before_final_newline, word_before, word_after = context
+        holds = {"^": at_start, "$": at_end, "$py": at_end or before_final_newline,
+                 "b": word_before != word_after, "B": word_before == word_after}
         seen: set[int] = set()
         stack = list(seeds)
         while stack:
@@ -427,7 +462,8 @@ class LinearPattern:
         start = frozenset((0,))
         for at in range(len(text) + 1):
             seeds = states | start if anywhere or at == 0 else states
-            context = (at == 0, at == len(text), _is_word(text, at - 1), _is_word(text, at))
+            final_newline = at == len(text) - 1 and text[at] == "\n"
+            context = (at == 0, at == len(text), final_newline, self._is_word(text, at - 1), self._is_word(text, at))
             states = self._closure(seeds, context)
             if match_pc in states and (anywhere or at == len(text)):
                 return True
@@ -446,17 +482,17 @@ class LinearPattern:
 
 
 @functools.lru_cache(maxsize=512)
-def _compiled(pattern: str, dot_all: bool) -> LinearPattern | None:
+def _compiled(pattern: str, dot_all: bool, python: bool = False) -> LinearPattern | None:
     try:
-        return LinearPattern(pattern, dot_all=dot_all)
+        return LinearPattern(pattern, dot_all=dot_all, python=python)
     except _NeedsBacktracking:
         return None
 
 
-def _bounded(pattern: str, text: str, *, whole: bool, dot_all: bool) -> bool:
+def _bounded(pattern: str, text: str, *, whole: bool, dot_all: bool, python: bool = False) -> bool:
     import regex
 
-    flags = regex.V0 | regex.ASCII | (regex.DOTALL if dot_all else 0)
+    flags = regex.V0 | (0 if python else regex.ASCII) | (regex.DOTALL if dot_all else 0)
     try:
         if whole:
             return regex.fullmatch(pattern, text, flags, timeout=FALLBACK_SECONDS) is not None
@@ -478,7 +514,23 @@ def pattern_search(pattern: str, text: str) -> bool:
     return compiled.search(text) if compiled is not None else _bounded(pattern, text, whole=False, dot_all=False)
 
 
-def pattern_fullmatch(pattern: str, text: str, *, dot_all: bool = False) -> bool:
-    """Whether `pattern` matches the whole of `text` (`dot_all`: `.` matches line terminators too)."""
-    compiled = _compiled(pattern, dot_all)
-    return compiled.fullmatch(text) if compiled is not None else _bounded(pattern, text, whole=True, dot_all=dot_all)
+def pattern_fullmatch(pattern: str, text: str, *, dot_all: bool = False, python: bool = False) -> bool:
+    """Whether `pattern` matches the whole of `text` (`dot_all`: `.` matches line terminators too; `python`: read
+    as Python's `re` reads it)."""
+    compiled = _compiled(pattern, dot_all, python)
+    if compiled is not None:
+        return compiled.fullmatch(text)
+    return _bounded(pattern, text, whole=True, dot_all=dot_all, python=python)
+
+
+def check_pattern(pattern: str, *, python: bool = False) -> None:
+    """Raise `InvalidRegexError` unless `pattern` parses, so that a spec is refused before it runs rather than
+    its output after (a pattern that needs backtracking is checked by the `regex` package's parser)."""
+    if _compiled(pattern, False, python) is not None:
+        return
+    import regex
+
+    try:
+        regex.compile(pattern, regex.V0 | (0 if python else regex.ASCII))
+    except regex.error as exc:
+        raise InvalidRegexError(f"invalid regex {pattern!r}: {exc}") from None

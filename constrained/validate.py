@@ -237,7 +237,7 @@ def validate(output: Any, spec: Spec | dict[str, Any] | type) -> Any:
     if not isinstance(output, str):
         raise ValidationFailed(f"expected text, got {type(output).__name__}", keyword="type")
     if isinstance(spec, Regex):
-        if not pattern_fullmatch(spec.pattern, output, dot_all=True):
+        if not pattern_fullmatch(spec.pattern, output, dot_all=True, python=True):
             raise ValidationFailed(f"output does not match {spec.pattern!r}", keyword="regex", text=output)
         return output
     if isinstance(spec, Choice):

@@ -7,7 +7,6 @@ reported here, naming the path, rather than as a backend's compile failure.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from parley.constrained.errors import (
@@ -16,6 +15,7 @@ from parley.constrained.errors import (
     UnresolvableRefError,
     UnsupportedDraftError,
 )
+from parley.constrained.pattern_match import check_pattern
 from parley.constrained.schema.walk import iter_subschemas, scan_keywords
 
 _DRAFTS = {
@@ -34,7 +34,6 @@ def check_schema(schema: Any) -> None:
     if not isinstance(schema, dict):
         raise InvalidSchemaError(f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}")
     import jsonschema
-    from jsonschema.exceptions import SchemaError
 
     dialect = schema.get("$schema")
     if dialect is not None:
@@ -49,19 +48,33 @@ def check_schema(schema: Any) -> None:
             for pattern in use.schema["patternProperties"]:
                 _check_regex(pattern, use.path)
     validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        validator_cls.check_schema(schema)
-    except SchemaError as exc:
-        where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
-        raise InvalidSchemaError(f"not a valid JSON Schema at {where}: {exc.message}") from None
+    metaschema = validator_cls(validator_cls.META_SCHEMA, format_checker=_metaschema_formats(validator_cls))
+    error = jsonschema.exceptions.best_match(metaschema.iter_errors(schema))
+    if error is not None:
+        where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        raise InvalidSchemaError(f"not a valid JSON Schema at {where}: {error.message}")
     _check_refs(schema)
 
 
+def _metaschema_formats(validator_cls: Any) -> Any:
+    """The dialect's metaschema format checks, `regex` read as ECMA-262 (JSON Schema's reading) instead of
+    Python's `re`, which refuses `(?<year>...)` and `\\p{L}`."""
+    import jsonschema
+
+    from parley.constrained.formats import is_regex
+
+    checker = jsonschema.FormatChecker(validator_cls.FORMAT_CHECKER.checkers)
+    checker.checks("regex")(is_regex)
+    return checker
+
+
 def _check_regex(pattern: str, path: str) -> None:
+    """ECMA-262's syntax, as the validator reads it (`pattern_match`): Python's `re` refused `(?<year>...)` and
+    `\\p{L}` and took `(?i)`, which the validator cannot read."""
     try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise InvalidRegexError(f"invalid regex {pattern!r} at {path}: {exc}") from None
+        check_pattern(pattern)
+    except InvalidRegexError as exc:
+        raise InvalidRegexError(f"{exc} (at {path})") from None
 
 
 def _check_refs(schema: dict[str, Any]) -> None:

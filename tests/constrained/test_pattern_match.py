@@ -146,3 +146,52 @@ _PATTERNS = st.recursive(
 def test_search_agrees_with_python_re_where_the_two_dialects_agree(pattern: str, text: str) -> None:
     assert pattern_search(pattern, text) is (re.search(pattern, text, re.ASCII) is not None)
     assert pattern_fullmatch(pattern, text) is (re.fullmatch(pattern, text, re.ASCII) is not None)
+
+
+# -- Regex specs are read as Python's `re` reads them (their backends' dialect), still in linear time --
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "matches"),
+    [
+        (r"\w+", "héllo", True),  # Unicode \w, \d, \s
+        (r"\d", "٣", True),
+        (r"a.b", "a\rb", True),  # `.` stops at "\n" only (without dot_all)
+        (r"a$\n", "a\n", True),  # `$` also before a final newline
+        (r"\Aab\Z", "ab", True),
+        (r"[]a]+", "]a]", True),  # a `]` first in a class is a literal
+        (r"\U0001F600", "😀", True),
+        (r"(?i)abc", "ABC", True),  # inline flags: the bounded run reads them
+        (r"(?P<x>a)(?P=x)", "aa", True),
+    ],
+)
+def test_python_readings_for_regex_specs(pattern: str, text: str, matches: bool) -> None:
+    assert pattern_fullmatch(pattern, text, python=True) is matches
+
+
+def test_a_regex_spec_is_validated_as_python_reads_it_and_never_hangs() -> None:
+    from parley.constrained import Regex
+
+    assert validate("héllo wörld", Regex(r"\w+ \w+")) == "héllo wörld"
+    with pytest.raises(ValidationFailed):
+        validate("a" * 5000 + "!", Regex(r"(a|aa)*"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_PATTERNS, st.text(alphabet="ab1_- é\n", max_size=12))
+def test_the_python_reading_agrees_with_python_re(pattern: str, text: str) -> None:
+    assert pattern_fullmatch(pattern, text, python=True) is (re.fullmatch(pattern, text) is not None)
+
+
+@pytest.mark.parametrize("pattern", [r"^(?<year>\d{4})$", r"^\p{L}+$"])
+def test_schemas_with_ecma_only_syntax_are_accepted_at_intake(pattern: str) -> None:
+    from parley.constrained.schema.check import check_schema
+
+    check_schema({"type": "string", "pattern": pattern})
+
+
+def test_a_schema_pattern_the_validator_cannot_read_is_refused_at_intake() -> None:
+    from parley.constrained.schema.check import check_schema
+
+    with pytest.raises(InvalidRegexError, match=r"\$\.pattern|at \$"):
+        check_schema({"type": "string", "pattern": "(?i)abc"})
