@@ -93,6 +93,14 @@ Why: beside a busy multi-threaded process a 2-thread step took ~0.5 s (2 tok/s, 
 thread waits for a core) against ~10 ms on 1 thread; each re-probe then stalled the stream for 4 such steps."""
 
 
+FIRST_REPROBE = 64
+"""Steps of a bucket after its first choice before it is probed again (then every `reprobe_every`).
+
+Why: the first probe runs in the first request's first steps, the noisiest of a server's life (its event loop
+starts the stream, the fused step's second thread wakes for the first time); a wrong first choice was kept for
+512 steps, and in `parley serve` 1 thread was chosen in 4 of 5 starts where 2 threads then ran ~25 % faster."""
+
+
 class DecodeThreads:
     """Chooses, per decode batch size, how many threads the weight GEMMs of a decode step get: all of them
     (`max_threads`) or one, by timing both on live steps.
@@ -102,13 +110,14 @@ class DecodeThreads:
     not scheduled, and a decode step measured ~2x slower on 2 threads than on 1 (SmolLM2 int8: 34 vs 75 tok/s
     in one run; llama.cpp's spin-waiting pool showed the same, 55 vs 95). On a quiet machine 2 threads win.
     Neither is right everywhere, so the engine measures: for each batch bucket (1, 2, 4, ...) the first
-    `2 * probe_steps` pure-decode steps alternate between the counts, the faster median per token wins, and
-    every `reprobe_every` steps of that bucket it probes again (loads change). Prefill steps always get every
+    `2 * probe_steps` pure-decode steps alternate between the counts and the faster per token wins (`_choose`),
+    then it probes again after `FIRST_REPROBE` steps of that bucket and every `reprobe_every` after that
+    (loads change). Prefill steps always get every
     thread. Timings are the engine's own step times; tokens do not depend on the choice (the int8 kernel and
     attention are thread-count invariant; oneDNN fp32 may differ in the last bits).
     """
 
-    def __init__(self, max_threads: int, *, probe_steps: int = 4, reprobe_every: int = 512) -> None:
+    def __init__(self, max_threads: int, *, probe_steps: int = 6, reprobe_every: int = 512) -> None:
         self.max_threads = max_threads
         self.candidates = (max_threads, 1) if max_threads > 1 else (max_threads,)
         self.probe_steps = probe_steps
@@ -124,7 +133,7 @@ class DecodeThreads:
         state = self._state.get(b)
         if state is None:
             state = self._state[b] = {"choice": self.max_threads, "samples": {c: [] for c in self.candidates},
-                                      "since": 0}
+                                      "since": 0, "reprobe_at": min(FIRST_REPROBE, self.reprobe_every)}
         return state
 
     def threads_for(self, batch: int) -> int:
@@ -155,15 +164,26 @@ class DecodeThreads:
                 state["since"] = 0
             return
         state["since"] = int(state["since"]) + 1  # type: ignore[call-overload]
-        if int(state["since"]) >= self.reprobe_every:  # type: ignore[call-overload]
+        if int(state["since"]) >= int(state["reprobe_at"]):  # type: ignore[call-overload]
             state["samples"] = {c: [] for c in self.candidates}
+            state["reprobe_at"] = self.reprobe_every
 
     def _choose(self, samples: dict[int, list[float]]) -> int:
-        """Every thread, unless fewer are faster per token by more than FEWER_THREADS_MARGIN (median of the probes)."""
-        median = {c: sorted(v)[len(v) // 2] for c, v in samples.items()}
-        best = min(median, key=lambda c: median[c])
-        return best if median[best] < FEWER_THREADS_MARGIN * median[self.max_threads] else self.max_threads
+        """Every thread, unless fewer are faster per token by more than FEWER_THREADS_MARGIN.
+
+        Each count is scored by the lower median of its probe steps after the first: interference only ever
+        slows a step down, so the fast half says what the count can do, and the first step of a count pays
+        its warm-up (the fused step's first 2-thread step took 15-27 ms beside 5-6 ms for the next ones). A
+        count that is slow at most steps (a busy other core) still scores slow."""
+        score = {c: _lower_median(v[1:] if len(v) > 2 else v) for c, v in samples.items()}
+        best = min(score, key=lambda c: score[c])
+        return best if score[best] < FEWER_THREADS_MARGIN * score[self.max_threads] else self.max_threads
 
     def stats(self) -> dict[int, int]:
         """Batch bucket -> the thread count chosen for it so far."""
         return {b: int(s["choice"]) for b, s in sorted(self._state.items())}  # type: ignore[call-overload]
+
+
+def _lower_median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]

@@ -169,6 +169,12 @@ def _engine_lines(stats: Mapping[str, Any], in_flight: int) -> list[str]:
         if key in _ENGINE_KEYS or key in _QUEUE_KEYS or key in _RUNNING_KEYS:
             continue
         emit("engine_" + _sanitize(key), "gauge", f"engine.stats()[{key!r}]", numeric[key])
+    threads = stats.get("decode_threads")
+    if isinstance(threads, Mapping) and threads:  # the GEMM threads the engine chose per decode batch size
+        name = f"{PREFIX}_engine_decode_threads"
+        lines += [f"# HELP {name} Threads a decode step's weight GEMMs run on, per batch-size bucket (probed).",
+                  f"# TYPE {name} gauge"]
+        lines += [f'{name}{{batch_bucket="{bucket}"}} {_number(float(count))}' for bucket, count in threads.items()]
     return lines
 
 

@@ -133,3 +133,46 @@ def test_decode_threads_gives_up_a_hopeless_count_after_one_probe_step() -> None
         dt.record(1, t, 0.500 if t == 2 else 0.010)  # 2 threads 50x slower: a busy other core
     # the first 2-thread step was slow beside nothing yet; the second, 50x the 1-thread step, ends its probe
     assert asked.count(2) == 2 and dt.threads_for(1) == 1
+
+
+def test_decode_threads_discounts_a_counts_warm_up_step_and_occasional_slow_steps() -> None:
+    """The probe samples of a `parley serve` start that chose 1 thread although 2 then ran ~25 % faster: the
+    first 2-thread step paid a warm-up, two more met the event loop starting the stream."""
+    from parley.local_engine.threads import DecodeThreads
+
+    two = [0.0275, 0.0060, 0.0058, 0.0124, 0.0061, 0.0111]
+    one = [0.0104, 0.0082, 0.0083, 0.0082, 0.0081, 0.0084]
+    dt = DecodeThreads(2, probe_steps=6)
+    for _ in range(12):
+        t = dt.threads_for(1)
+        dt.record(1, t, (two if t == 2 else one).pop(0))
+    assert dt.threads_for(1) == 2 and dt.stats() == {1: 2}
+
+
+def test_decode_threads_still_leaves_a_count_that_is_slow_at_most_steps() -> None:
+    from parley.local_engine.threads import DecodeThreads
+
+    two = [0.0060, 0.0150, 0.0061, 0.0160, 0.0170, 0.0155]  # a busy other core: fast only now and then
+    one = [0.0090, 0.0082, 0.0083, 0.0082, 0.0081, 0.0084]
+    dt = DecodeThreads(2, probe_steps=6)
+    for _ in range(12):
+        t = dt.threads_for(1)
+        dt.record(1, t, (two if t == 2 else one).pop(0))
+    assert dt.threads_for(1) == 1
+
+
+def test_decode_threads_probes_again_soon_after_its_first_choice() -> None:
+    from parley.local_engine.threads import FIRST_REPROBE, DecodeThreads
+
+    dt = DecodeThreads(2, probe_steps=3, reprobe_every=1000)
+    for _ in range(6):  # the first probe, in a noisy start: 1 thread looks faster
+        t = dt.threads_for(1)
+        dt.record(1, t, 0.008 if t == 1 else 0.030)
+    assert dt.threads_for(1) == 1
+    asked = []
+    assert FIRST_REPROBE <= 64
+    for _ in range(72):  # the load eased: 2 threads are now faster
+        t = dt.threads_for(1)
+        asked.append(t)
+        dt.record(1, t, 0.008 if t == 1 else 0.005)
+    assert 2 in asked and dt.threads_for(1) == 2  # probed again long before reprobe_every (1000 steps)

@@ -475,3 +475,12 @@ def test_a_request_dropped_past_its_deadline_ends_cleanly() -> None:
         names = [line[7:] for line in response.text.split("\n") if line.startswith("event: ")]
         assert names[-1] == "error" and "message_stop" not in names
         assert engine.blocks_used == 0
+
+
+def test_metrics_show_the_decode_thread_count_chosen_per_batch_bucket() -> None:
+    from parley.server.metrics import Metrics
+
+    values = parse_exposition(Metrics(lambda: {"decode_threads": {1: 2, 4: 1}, "steps": 7}).render())
+    assert values['parley_engine_decode_threads{batch_bucket="1"}'] == 2
+    assert values['parley_engine_decode_threads{batch_bucket="4"}'] == 1
+    assert values["parley_engine_steps"] == 7
