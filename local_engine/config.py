@@ -71,6 +71,10 @@ class EngineConfig:
       warns once and runs eager.
     - `cuda_graphs`: on CUDA, replay decode steps from CUDA graphs, one per batch and context bucket, captured
       on first use (cuda_graphs.py); ignored on CPU. False runs every step eager.
+    - `stream_interval_s`: streamed tokens are handed to the consumers' event loops at most this often (a
+      request's first and last tokens, and failures, at once); 0 = after every step. Each hand-over wakes the
+      loop, which then competes with the step's threads for the cores: in `parley serve` on 2 cores, 20 ms
+      (bursts of ~3 tokens at ~150 tok/s) streamed ~5 % faster than every step, with less spread.
     """
 
     block_size: int = 16
@@ -90,6 +94,7 @@ class EngineConfig:
     compile: bool = False
     adaptive_threads: bool = True
     cuda_graphs: bool = True
+    stream_interval_s: float = 0.02
 
     def __post_init__(self) -> None:
         least = {"block_size": 1, "kv_cache_bytes": 1, "num_kv_blocks": 1, "max_num_batched_tokens": 1,
@@ -105,6 +110,9 @@ class EngineConfig:
                     f"EngineConfig.{name} must be an integer >= {low}{' or None' if name in optional else ''}, "
                     f"got {value!r}"
                 )
+        interval = self.stream_interval_s
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or not 0 <= interval <= 1:
+            raise EngineConfigError(f"EngineConfig.stream_interval_s must be seconds in [0, 1], got {interval!r}")
         for flag in ("enable_prefix_caching", "compile", "adaptive_threads", "cuda_graphs"):
             if not isinstance(getattr(self, flag), bool):
                 raise EngineConfigError(f"EngineConfig.{flag} must be a bool, got {getattr(self, flag)!r}")

@@ -105,8 +105,10 @@ class EngineCore:
         decode_threads: DecodeThreads | None,
         num_threads: int,
         admission: Admission,
+        stream_interval_s: float = 0.0,
     ) -> None:
         self.model = model
+        self.stream_interval_s = stream_interval_s
         self.tokenizer = tokenizer  # stop strings are matched on decoded text
         self.eos_token_ids = eos_token_ids
         self.block_manager = block_manager
@@ -122,6 +124,7 @@ class EngineCore:
         self._by_id: dict[str, Sequence] = {}  # engine-thread view of live requests
         self._sinks: dict[str, Sink] = {}
         self.outbox = Outbox()  # stream items of the current step, flushed once it ends
+        self._flushed_at = 0.0
         self.steps = 0
         self.tokens_generated = 0
         self.failed_steps = 0
@@ -162,7 +165,8 @@ class EngineCore:
         if sink is None:
             return
         if isinstance(sink, LoopSink):
-            self.outbox.put(sink, item, seq)
+            middle = isinstance(item, StreamDelta) and not item.finished and seq.num_output_tokens > len(item.token_ids)
+            self.outbox.put(sink, item, seq, urgent=not middle)
             return
         try:
             sink(item)
@@ -174,6 +178,7 @@ class EngineCore:
         """Send the items queued since the last flush: one wakeup per event loop."""
         if self.outbox:
             self.outbox.flush(self._consumer_gone)
+        self._flushed_at = time.monotonic()
 
     def _consumer_gone(self, seq: Sequence) -> None:
         if not seq.is_finished:
@@ -295,11 +300,13 @@ class EngineCore:
                 omp(1)
         while True:
             running = self._drain_commands(block=not self.scheduler.has_work())
-            self._flush()  # aborts answered before the next step (or before blocking)
+            if not self.scheduler.has_work() or self.outbox.urgent:
+                self._flush()  # aborts answered before the next step (and everything before blocking)
             if not running:
                 break
             self._step()
-            self._flush()
+            if self.outbox.urgent or time.monotonic() - self._flushed_at >= self.stream_interval_s:
+                self._flush()
         for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
             self._finish(seq, "abort", error=RequestAborted("the engine was closed"))
         self._flush()

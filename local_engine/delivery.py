@@ -103,17 +103,22 @@ class Outbox:
     def __init__(self) -> None:
         self._pending: dict[asyncio.AbstractEventLoop, list[tuple[LoopSink, Any, Any]]] = {}
         self.wakeups = 0
+        self.urgent = False  # an item that must not wait for the stream interval is queued
 
     def __bool__(self) -> bool:
         return bool(self._pending)
 
-    def put(self, sink: LoopSink, item: Any, owner: Any) -> None:
-        """Queue `item` for `sink`; `owner` (the request) is handed back by `flush` if its loop is gone."""
+    def put(self, sink: LoopSink, item: Any, owner: Any, *, urgent: bool = True) -> None:
+        """Queue `item` for `sink`; `owner` (the request) is handed back by `flush` if its loop is gone.
+
+        `urgent`: the item must not wait for the stream interval (a first token, a last one, a failure)."""
         self._pending.setdefault(sink.loop, []).append((sink, item, owner))
+        self.urgent = self.urgent or urgent
 
     def flush(self, on_gone: Callable[[Any], None]) -> None:
         """Hand every queued item to its loop, one call per loop; `on_gone(owner)` for items of a closed loop."""
         pending, self._pending = self._pending, {}
+        self.urgent = False
         for loop, entries in pending.items():
             try:
                 loop.call_soon_threadsafe(_dispatch, [(sink, item) for sink, item, _ in entries])

@@ -191,7 +191,7 @@ class Engine:
             model, tokenizer, eos_token_ids=eos_token_ids, block_manager=self.block_manager,
             scheduler=self.scheduler, runner=self.runner, sampler=self.sampler, timer=self.timer,
             drafter=self.drafter, decode_threads=self.decode_threads, num_threads=num_threads,
-            admission=self._admission,
+            admission=self._admission, stream_interval_s=cfg.stream_interval_s,
         )
         self._core.start()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from parley.local_engine import SamplingParams
+from parley.local_engine import EngineConfig, SamplingParams
 from parley.local_engine.delivery import LoopSink, Outbox, merge_deltas
 from parley.local_engine.outputs import GenerationOutput, StreamDelta, TokenLogprob
 from tests.local_engine.conftest import prompts_of
@@ -75,3 +75,44 @@ def test_items_for_a_closed_loop_report_their_requests_gone() -> None:
     gone: list[str] = []
     outbox.flush(gone.append)
     assert gone == ["req-1"] and outbox.wakeups == 0 and not outbox
+
+
+async def test_a_stream_interval_batches_the_middle_of_a_stream_never_its_first_or_last_token(
+    tiny_hf: Any,
+) -> None:
+    """With `stream_interval_s` the event loop is woken at most that often (the hand-over competes with the
+    step's threads for the cores); the first token (TTFT) and the last one (the answer's end) go at once."""
+    from tests.local_engine.conftest import engine_from_hf
+
+    tokens = 24
+    prompt = prompts_of([6], seed=4)[0]
+    params = SamplingParams(max_tokens=tokens, ignore_eos=True)
+
+    async def run(interval: float) -> tuple[list[tuple[int, ...]], int, int]:
+        engine = engine_from_hf(tiny_hf, EngineConfig(num_kv_blocks=64, block_size=4, stream_interval_s=interval))
+        try:
+            deltas = []
+            async for delta in engine.stream(prompt, params):
+                deltas.append(delta.token_ids)
+                await asyncio.sleep(0)
+            return deltas, engine._core.outbox.wakeups, engine._core.steps
+        finally:
+            engine.close()
+
+    every_step, woken_each, steps = await run(0.0)
+    batched, woken_batched, _ = await run(1.0)  # longer than the whole stream
+    assert [t for d in batched for t in d] == [t for d in every_step for t in d]
+    assert woken_each >= steps - 1
+    assert len(batched[0]) == 1  # the first token alone, at once
+    assert woken_batched <= 3  # first token, then the rest with the last one
+    assert len(batched) <= 3
+
+
+def test_a_stream_interval_outside_zero_to_one_second_is_refused() -> None:
+    import pytest
+
+    from parley.local_engine.errors import EngineConfigError
+
+    for bad in (-0.1, 2, "fast", True):
+        with pytest.raises(EngineConfigError, match="stream_interval_s"):
+            EngineConfig(stream_interval_s=bad)  # type: ignore[arg-type]
