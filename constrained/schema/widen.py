@@ -112,9 +112,11 @@ def _widen(
         else:
             node["type"] = list(context or ALL_TYPES)
             branch_context = node["type"]
-    elif _TYPE_KEYWORDS & node.keys():
-        branch_context = _KEEP  # typed by xgrammar from its keywords next to a combinator or $ref
     else:
+        # next to a combinator or `$ref`, the node's type-specific keywords constrain only their own type, and
+        # xgrammar reads the combinator alone (the others are reported and validated, `dispatch.dropped_siblings`):
+        # its branches take the node's context (Github_ultra o6365: `{"anyOf": [<untyped object branches>],
+        # "required": ["image"]}` as `items` admits null, and xgrammar rejected it)
         branch_context = context
     if sites is not None and "$ref" in node:
         _record_ref(node, branch_context, sites)

@@ -51,6 +51,7 @@ The disagreements these tests found, and the rule each became (tests at the bott
 | `format: relative-json-pointer` | xgrammar | `0+1/a` (an index shift) | stripped, validated |
 | `$ref` to a plain-name `id` (`#p`) | xgrammar | none: `{"maxSecurity":"x"}` passed (Github_medium o35905) | pointed |
 | untyped `properties` beside `if` | xgrammar | `1` as an item (Github_medium o3385) | widened |
+| untyped branches beside `required` | xgrammar | `null` as an item (Github_ultra o6365) | widened |
 | a branch that is only `not` | (the tests) | `{"LastName":"","Age":0.0}` (Github_trivial o21864) | no branch order |
 
 Key order: llguidance writes a subschema's keywords in the order written, xgrammar its `$ref`/`anyOf`/`oneOf`/
@@ -713,6 +714,30 @@ def test_xgrammar_does_not_type_a_subschema_from_if_or_not(smol_tokenizer: Any) 
         assert validator(schema).is_valid([1])
         matcher = compiled(smol_tokenizer, schema, "xgrammar", strict=False)
         assert feed(matcher, smol_tokenizer, "[1]"), matcher.warnings
+
+
+ARTIFACT = {"anyOf": [{"properties": {"image": INTEGER}, "additionalProperties": False}], "required": ["image"]}
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"type": "array", "items": ARTIFACT},
+     {"type": "array", "items": {"$ref": "#/definitions/a"}, "definitions": {"a": ARTIFACT}}],
+)  # fmt: skip
+def test_untyped_branches_beside_type_specific_keywords_admit_every_type_on_xgrammar(
+    smol_tokenizer: Any, schema: Any
+) -> None:
+    """Github_ultra o6365: an item `{"anyOf": [<untyped object branches>], "required": ["image"]}` admits `null`,
+    numbers, arrays (`required` constrains objects only). xgrammar reads the `anyOf` alone (`required` is
+    validated) and typed its branches as objects from their `properties`: every non-object item was rejected."""
+    assert validator(schema).is_valid([None, 2.5, [], True, {"image": 1}])
+    matcher = compiled(smol_tokenizer, schema, "xgrammar", strict=False)
+    assert feed(matcher, smol_tokenizer, '[null,2.5,[],true,{"image":1}]'), matcher.warnings
+    matcher.reset()
+    assert not feed(matcher, smol_tokenizer, '[{"image":1,"x":2}]')  # the branch still shapes objects
+    assert any("'required'" in w for w in matcher.warnings), matcher.warnings
+    with pytest.raises(ValidationFailed):
+        matcher.validate("[{}]")  # and `required` is validated
 
 
 def test_a_vacuous_branch_list_still_shapes_the_values_it_holds() -> None:
