@@ -81,7 +81,7 @@ FEWER_THREADS_MARGIN = 0.85
 """One thread replaces all of them only when its probed median per token is below this fraction of theirs.
 
 Why a margin: since the quantised decode step runs as one C++ region (models/fused_decode.py), 2 threads are
-~1.4x faster than 1 on a quiet 2-core machine, but a 4-step probe beside a streaming HTTP server (its event loop
+~1.4x faster than 1 on a quiet 2-core machine, but a short probe beside a streaming HTTP server (its event loop
 and client take turns on the cores) is noisy; choosing 1 thread on a near tie then costs ~30 % for the next 512
 steps. A busy other core, which this class exists for, makes 2 threads ~2x slower: still far past the margin."""
 
