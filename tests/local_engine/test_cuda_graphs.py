@@ -115,9 +115,13 @@ def test_steps_a_graph_does_not_take_run_eager(tiny_hf: Any) -> None:
     try:
         graphs = GraphedDecode(engine.model, scratch_slot=engine.runner.scratch_slot, max_rows=2, capture=False)
         engine.runner.graphs = graphs
-        out = _tokens(engine, prompts_of([5, 6, 7], seed=2), 3)  # every decode step has 3 rows: over max_rows
-        assert all(len(t) == 3 for t in out)
-        assert graphs.stats() == {"graphs": [], "replays": 0}  # prefill and decode ran eager
+        out = _tokens(engine, prompts_of([5, 6, 7], seed=2), 8)
+        assert all(len(t) == 8 for t in out)
+        # the three requests decode together in 3-row steps, over max_rows: those run eager. (A request the
+        # engine picked up a step before the others may decode in a step of 1 or 2 rows, which may replay.)
+        stats = graphs.stats()
+        assert all(rows <= 2 for rows, _ in stats["graphs"])
+        assert stats["replays"] <= engine.stats()["steps"] - 5  # at least the last 5 decode steps ran eager
     finally:
         engine.close()
 
