@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,10 +63,16 @@ def _general_category(name: str) -> _Ranges | None:
     wanted = {"LC": ("Lu", "Ll", "Lt")}.get(short)
     if wanted is None and short not in {c for c in _CATEGORY_NAMES.values()}:
         return None
+    if wanted is not None:
+        return _code_points_where(lambda ch: unicodedata.category(ch) in wanted)
+    return _code_points_where(lambda ch: unicodedata.category(ch).startswith(short))
+
+
+def _code_points_where(holds: Callable[[str], bool]) -> _Ranges:
+    """The code points whose character `holds`, as ranges (one pass over every code point: cache the result)."""
     ranges: list[tuple[int, int]] = []
     for code in range(_MAX_CODE_POINT + 1):
-        category = unicodedata.category(chr(code))
-        if category in wanted if wanted is not None else category.startswith(short):
+        if holds(chr(code)):
             if ranges and ranges[-1][1] == code - 1:
                 ranges[-1] = (ranges[-1][0], code)
             else:
@@ -125,14 +132,7 @@ def _python_class(escape: str) -> _Ranges:
     import re
 
     compiled = re.compile("\\" + escape)
-    ranges: list[tuple[int, int]] = []
-    for code in range(_MAX_CODE_POINT + 1):
-        if compiled.match(chr(code)):
-            if ranges and ranges[-1][1] == code - 1:
-                ranges[-1] = (ranges[-1][0], code)
-            else:
-                ranges.append((code, code))
-    return tuple(ranges)
+    return _code_points_where(lambda ch: compiled.match(ch) is not None)
 
 
 class _Parser:

@@ -180,6 +180,13 @@ class EngineCore:
             self.outbox.flush(self._consumer_gone)
         self._flushed_at = time.monotonic()
 
+    def _flush_due(self) -> None:
+        """Flush what must not wait (first and last tokens, failures), what waited `stream_interval_s`, and
+        everything once there is no work left (the loop is about to block)."""
+        due = self.outbox.urgent or time.monotonic() - self._flushed_at >= self.stream_interval_s
+        if due or not self.scheduler.has_work():
+            self._flush()
+
     def _consumer_gone(self, seq: Sequence) -> None:
         if not seq.is_finished:
             self._finish(seq, "abort", notify=False)
@@ -300,13 +307,11 @@ class EngineCore:
                 omp(1)
         while True:
             running = self._drain_commands(block=not self.scheduler.has_work())
-            if not self.scheduler.has_work() or self.outbox.urgent:
-                self._flush()  # aborts answered before the next step (and everything before blocking)
+            self._flush_due()  # aborts answered before the next step (and everything before blocking)
             if not running:
                 break
             self._step()
-            if self.outbox.urgent or time.monotonic() - self._flushed_at >= self.stream_interval_s:
-                self._flush()
+            self._flush_due()
         for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
             self._finish(seq, "abort", error=RequestAborted("the engine was closed"))
         self._flush()
