@@ -7,9 +7,10 @@ embedded SmolLM2 tokenizer, single-threaded:
     timeouts (`--timeout`, counted at the limit) are "not compiled";
   - per-token mask time (`fill_next_token_bitmask`) over the instances' own tokens, per backend;
   - valid instances accepted to the end by the auto backend.
-Generated instances (`--skip-generated` to leave out): for every `--generated-stride`-th dev schema
-and every schema of `tests/constrained/feature_schemas.py`, `--generated-count` valid instances from
-hypothesis-jsonschema plus invalid mutations (`tests/constrained/instances.py`, deterministic), with
+Generated instances (`--skip-generated` to leave out): for every `--generated-stride`-th dev schema,
+every schema of `tests/constrained/feature_schemas.py` and `--generated-schemas` random schemas
+(`tests/constrained/generated_schemas.py`), up to `--generated-count` valid instances from each of
+hypothesis-jsonschema and the schema walker plus invalid mutations (`tests/constrained/instances.py`), with
 properties in schema order and `any_order=False`; per backend: compile time, mask time, valid
 instances accepted (compliance) and invalid ones caught (rejected by the mask, or flagged for
 validation and rejected by it).
@@ -102,12 +103,16 @@ def run_backend(backend: str, cases: list[dict[str, Any]], tok: Any, timeout: fl
     }
 
 
-def generated_cases(stride: int, count: int) -> list[dict[str, Any]]:
+def generated_cases(stride: int, count: int, seeds: int = 0) -> list[dict[str, Any]]:
+    """Feature schemas, every `stride`-th dev schema and `seeds` generated schemas (`random_schema`), each with
+    instances from hypothesis-jsonschema and the schema walker (`tests.constrained.instances`)."""
     sys.path.insert(0, str(ROOT))
     from tests.constrained.feature_schemas import FEATURE_SCHEMAS
+    from tests.constrained.generated_schemas import random_schema
     from tests.constrained.instances import instances
 
     schemas = [(f"feature:{name}", schema) for name, schema in sorted(FEATURE_SCHEMAS.items())]
+    schemas += [(f"generated:{seed}", random_schema(seed)) for seed in range(seeds)]
     schemas += [
         (str(p.relative_to(DEV)), json.loads(p.read_text())["schema"]) for p in sorted(DEV.glob("*/*.json"))[::stride]
     ]
@@ -266,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         "--generated-stride", type=int, default=60, help="every N-th dev schema for generated instances"
     )
     parser.add_argument("--generated-count", type=int, default=5, help="valid instances drawn per schema")
+    parser.add_argument("--generated-schemas", type=int, default=100, help="random schemas (seeds 0..N-1) to add")
     args = parser.parse_args(argv)
     files = sorted(DEV.glob("*/*.json"))
     if not files:
@@ -291,12 +297,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['valid_accepted']:>4}/{r['valid_instances']:<5}")  # fmt: skip
     generated: dict[str, Any] = {}
     if not args.skip_generated:
-        gen_cases = generated_cases(args.generated_stride, args.generated_count)
+        gen_cases = generated_cases(args.generated_stride, args.generated_count, args.generated_schemas)
         generated = {
             name: run_generated(name, gen_cases, tok, args.timeout) for name in names if name in chosen_backends
         }
         print(
-            f"generated instances: {len(gen_cases)} schemas, {args.generated_count} valid draws each, any_order=False"
+            f"generated instances: {len(gen_cases)} schemas ({args.generated_schemas} generated), "
+            f"{args.generated_count} valid draws per source, any_order=False"
         )
         print(f"{'backend':10} {'compiled':>8} {'comp p50 ms':>12} {'comp p99 ms':>12} {'mask p50 us':>12} "
               f"{'mask p99 us':>12} {'valid acc':>10} {'invalid caught':>15}")  # fmt: skip

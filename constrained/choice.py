@@ -14,8 +14,10 @@ For a JSON spec every backend is scored on the prepared documents:
    tests caught it rejecting valid values on 13 of the 26 isolated constructs (extra keys, string
    lengths with escapes, `date-time`, `allOf` read as a concatenation...), so it is a last resort.
 3. Then a backend that enforces something at a price in reachable values (`costly`: xgrammar's
-   length-bounded strings, and strings under a pattern that admits `\\`, `"` or a control character,
-   cannot hold those escaped characters) comes after one that does not.
+   strings under a pattern that admits `\\`, `"` or a control character cannot hold those escaped
+   characters) comes after one that does not; the matcher's warnings name each such use. String
+   lengths are no such price under auto: xgrammar is scored and compiled with them validated
+   (`options_for`).
 4. Among the rest, the fewest keyword uses left to validation wins (each backend's `unenforced`:
    what it cannot express, plus what the differential tests caught it rejecting wrongly — those
    uses are stripped from its grammar and checked after generation instead).
@@ -37,7 +39,7 @@ over to the next in the ranking; any other failure (a deadline) is raised.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from parley.constrained.backends.base import JsonOptions
 from parley.constrained.schema.patterns import full_match_pattern, pattern_admits_escaped, pattern_mentions_escape
@@ -104,7 +106,8 @@ def _bounded_strings(parts: list[JsonPart]) -> list[KeywordUse]:
     for part in parts:
         for path, node in iter_subschemas(part.schema, part.label):
             if {"minLength", "maxLength"} & node.keys() and not {"pattern", "format"} & node.keys():
-                out.append(KeywordUse("maxLength" if "maxLength" in node else "minLength", path, node))
+                reason = "xgrammar never writes an escaped character in a length-bounded string"
+                out.append(KeywordUse("maxLength" if "maxLength" in node else "minLength", path, node, reason))
     return out
 
 
@@ -152,15 +155,26 @@ def costly(backend: str, parts: list[JsonPart], options: JsonOptions) -> list[Ke
     return lengths + _escape_blind_patterns(parts, options.strict)
 
 
-def rank(spec: Spec, parts: list[JsonPart], options: JsonOptions | None, unenforced: Unenforced) -> Ranking:
+def options_for(backend: str, options: JsonOptions, requested: str) -> JsonOptions:
+    """The options `backend` compiles with. Under auto, xgrammar leaves string lengths to validation: in its grammar
+    a length-bounded string cannot hold an escaped character, and auto does not trade reachable values for
+    bounded strings. It meets those where llguidance cannot compile the schema (generated schema seed 101:
+    llguidance refused `maxProperties`, and xgrammar refused `"w\\u0012"` under `maxLength: 10`)."""
+    if requested == "auto" and backend == "xgrammar" and options.lengths_in_grammar:
+        return replace(options, lengths_in_grammar=False)
+    return options
+
+
+def rank(spec: Spec, parts: list[JsonPart], given: JsonOptions | None, unenforced: Unenforced) -> Ranking:
     """The ranking of module docstring for `spec` (`parts`: its prepared JSON documents, if any)."""
     if isinstance(spec, Grammar):
         return Ranking(("xgrammar",), (("xgrammar", "the only backend with EBNF grammars"),))
-    if not isinstance(spec, (JsonSchema, ToolCalls)) or options is None:
+    if not isinstance(spec, (JsonSchema, ToolCalls)) or given is None:
         return Ranking(NON_JSON_ORDER, tuple((name, "fixed order for non-JSON specs") for name in NON_JSON_ORDER))
     scored: list[tuple[bool, int, int, int, str, str]] = []
     reasons: list[tuple[str, str]] = []
     for position, name in enumerate(ORDER):
+        options = options_for(name, given, "auto")
         over = over_constrained(name, parts, options)
         if over:
             first = over[0]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from parley.constrained.backends.base import CompiledGrammar, GrammarBackend, JsonOptions
-from parley.constrained.choice import Ranking, rank
+from parley.constrained.choice import Ranking, costly, options_for, rank
 from parley.constrained.errors import (
     CompileLimitError,
     InvalidRegexError,
@@ -196,7 +196,8 @@ def _compile_uncached(
     errors: list[UnsupportedSpecError] = []
     for name in ranking.order:
         backend = _backend(name, tok, timeout_s)
-        missing = _unenforced(name, parts, options) if parts and options is not None else []
+        chosen_options = options_for(name, options, requested) if options is not None else None
+        missing = _unenforced(name, parts, chosen_options) if parts and chosen_options is not None else []
         strip = _strip_set(name, missing)
         work = _builder(backend, spec, [strip_keywords(p.schema, strip, p.label) for p in parts])
         try:
@@ -209,22 +210,35 @@ def _compile_uncached(
         # A CompileLimitError (deadline, size, the outlines worker's memory cap) is not a reason to
         # switch: it depends on the machine and its load, and the backend choice must not.
         warnings = tuple(_warning(name, use, parts) for use in missing)
+        prices = costly(name, parts, chosen_options) if parts and chosen_options is not None else []
+        notes = tuple(_price_note(name, use, parts) for use in prices)
         if warnings:
             logger.info("compiled %s with %s; %d keyword(s) not enforced: %s", spec.kind, name, len(warnings),
                         ", ".join(f"{u.keyword}@{u.path}" for u in missing[:8]))  # fmt: skip
         choice = ranking.record(name)
         logger.debug("backend choice for %s: %s", spec.kind, choice)
-        return CompiledSpec(compiled, name, warnings, bool(warnings), choice)
+        return CompiledSpec(compiled, name, warnings + notes, bool(warnings), choice)
     if len(errors) == 1:
         raise errors[0]
     detail = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
     raise UnsupportedSpecError(f"no backend can compile the spec: {detail}")
 
 
-def _warning(name: str, use: KeywordUse, parts: list[JsonPart]) -> str:
+def _where(use: KeywordUse, parts: list[JsonPart]) -> str:
+    """`use`'s path as the user wrote it (a tool's own name for a tool-call part)."""
     part = next((p for p in parts if use.path == p.label or use.path.startswith(p.label + ".")), None)
-    where = part.describe(use.path) if part is not None else use.path
+    return part.describe(use.path) if part is not None else use.path
+
+
+def _price_note(name: str, use: KeywordUse, parts: list[JsonPart]) -> str:
+    """A warning for a use enforced at a price in reachable values (`choice.costly`): never a silent one."""
+    where = _where(use, parts)
+    return f"{name} enforces {use.keyword!r} at {where} at a price: {use.reason}; such values are unreachable"
+
+
+def _warning(name: str, use: KeywordUse, parts: list[JsonPart]) -> str:
     why = f" ({use.reason})" if use.reason else ""
+    where = _where(use, parts)
     return f"{name} does not enforce {use.keyword!r} at {where}{why}; outputs are validated after generation"
 
 

@@ -19,9 +19,11 @@ JSON-producing specs (`JsonSchema`, `ToolCalls`) also take:
   `additionalProperties` in the schema always wins.
 - `any_order`: allow properties in any order (default: the schema's order, which is faster).
 - `string_lengths`: "grammar" (default) keeps `minLength`/`maxLength` in the mask, so strings
-  stay bounded while generating (with xgrammar, a length-bounded string then cannot contain escape
-  sequences); "validate" leaves them to validation after generation, so every valid string is
-  reachable (MaskBench-style acceptance) but generation is unbounded.
+  stay bounded while generating; "validate" leaves them to validation after generation, so every
+  valid string is reachable (MaskBench-style acceptance) but generation is unbounded. xgrammar,
+  asked for by name, cannot write an escape sequence in a length-bounded string (the matcher's
+  warnings say so); `auto` never pays that price: where it falls back to xgrammar, lengths are
+  validated.
 """
 
 from __future__ import annotations

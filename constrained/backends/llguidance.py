@@ -79,11 +79,13 @@ UNENFORCED = {
 SUPPORTED_FORMATS = {"date", "time", "date-time", "duration", "ipv4", "uuid", "uri"}
 # Found by checking the formats exactly (tests/constrained/test_format_grammars.py): llguidance's own rules reject
 # quoted and address-literal emails ('"joe bloggs"@example.com', 'a@[IPv6:::1]'), a host name's final dot
-# ("example.com.") and IPv6 addresses ending in IPv4 ("::ffff:1.2.3.4"), and it has no rule for the others:
+# ("example.com."), IPv6 addresses ending in IPv4 ("::ffff:1.2.3.4"), and in URI hosts an uppercase IPvFuture `V`
+# ("a://[V1.x]/") or such an IPv6 address (Github_ultra o17591, with the walker's instances); it has no rule for the
+# others:
 # parley's exact regexes (`parley.constrained.formats.GRAMMAR_PATTERNS`) are compiled in their place.
 OWN_PATTERN_FORMATS = {
-    "email", "idn-email", "hostname", "ipv6", "uri-reference", "iri", "iri-reference", "uri-template", "json-pointer",
-    "relative-json-pointer",
+    "email", "idn-email", "hostname", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uri-template",
+    "json-pointer", "relative-json-pointer",
 }  # fmt: skip
 LENGTHS = {"minLength", "maxLength"}
 BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}

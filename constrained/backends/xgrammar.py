@@ -76,9 +76,17 @@ WIDENED = "its string regex admits more than an optional group with a repeated a
 # want an uppercase `T`/`Z` ("1963-06-19t08:30:06z" is RFC 3339 too), so parley's regex replaces those two.
 LOOSE_DATES = "its date rules admit impossible days (2021-02-29, 1990-02-31) and leap seconds at any hour"
 DATE_FORMATS = {"date", "date-time", "time"}
-KEPT = {LOOKAHEAD, WIDENED, LOOSE_DATES, WIDER_FORMAT}  # wider: kept in the grammar and validated
+# Found by the generated-schema differential tests (seed 32: `{"🏻_id": ""}` refused where `_id$` takes a string and
+# `additionalProperties` a number): once `patternProperties` is stripped, a key under a pattern would be held to a
+# schema-valued `additionalProperties`.
+PATTERN_KEYS = "beside a stripped patternProperties it would hold keys under a pattern to its own schema"
+# Found by the generated-schema differential tests (seed 15: `{"ünï": {"enum": [0, false]}}` took `{"ünï":"x"}`):
+# where extra keys are admitted, its extra-key rule fails to exclude declared names holding a non-ASCII or escaped
+# character, so such a name can be written as an extra key with any value (a silently dropped constraint).
+EXTRA_KEY_NAMES = "its extra-key rule admits declared names with non-ASCII or escaped characters as extra keys"
+KEPT = {LOOKAHEAD, WIDENED, LOOSE_DATES, WIDER_FORMAT, EXTRA_KEY_NAMES}  # wider: kept in the grammar and validated
 # Stripped from the schema before xgrammar sees it (it would enforce them incorrectly or reject them).
-STRIPPED = {"minLength", "maxLength", "format", "patternProperties", "pattern"} | BOUNDS
+STRIPPED = {"minLength", "maxLength", "format", "patternProperties", "pattern", "additionalProperties"} | BOUNDS
 
 
 def _xgr() -> Any:
@@ -91,6 +99,11 @@ def _xgr() -> Any:
 
 def _out_of_int64(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX
+
+
+def _not_plain_ascii(name: str) -> bool:
+    """Whether `name` holds a character outside printable ASCII or one JSON writes escaped."""
+    return any(not " " <= c <= "~" or c in '"\\' for c in name)
 
 
 def unenforced(schema: Any, root: str, options: JsonOptions) -> list[KeywordUse]:
@@ -135,8 +148,12 @@ def _keyword_rules(uses: list[KeywordUse], lengths_in_grammar: bool, strict: boo
             out.append(use)
         elif use.keyword == "patternProperties" and use.schema.get("additionalProperties", not strict) is not False:
             # xgrammar then admits only pattern keys (also when additionalProperties is absent and the
-            # spec is not strict): stripped, extra keys follow additionalProperties
+            # spec is not strict): stripped, extra keys follow additionalProperties; where that is a schema, a key
+            # under a pattern would be held to it, so it is stripped too (loosened to any value)
             out.append(use)
+            extra = use.schema.get("additionalProperties")
+            if isinstance(extra, dict) and extra:
+                out.append(KeywordUse("additionalProperties", use.path, use.schema, PATTERN_KEYS))
         elif use.keyword == "pattern" and isinstance(value, str) and pattern_mentions_escape(value):
             out.append(use)
         elif use.keyword == "pattern" and isinstance(value, str) and pattern_has_lookbehind_or_backreference(value):
@@ -153,6 +170,13 @@ def _keyword_rules(uses: list[KeywordUse], lengths_in_grammar: bool, strict: boo
             and any(map(pattern_has_optional_repeat_edge, value))
         ):
             out.append(replace(use, reason=WIDENED))
+        elif (
+            use.keyword == "properties"
+            and isinstance(value, dict)
+            and use.schema.get("additionalProperties", not strict) is not False
+            and any(map(_not_plain_ascii, value))
+        ):
+            out.append(replace(use, reason=EXTRA_KEY_NAMES))
         elif use.keyword in BOUNDS and _out_of_int64(value):
             out.append(use)
         elif use.keyword in BOUNDS and admits_fractions(use.schema):

@@ -82,7 +82,7 @@ OUTLINES = Converter(
 )
 
 
-def _ref_siblings_apply(root: Any) -> bool:
+def ref_siblings_apply(root: Any) -> bool:
     """Draft 7 and earlier ignore the siblings of `$ref`; later drafts apply them."""
     dialect = root.get("$schema") if isinstance(root, dict) else None
     return not (isinstance(dialect, str) and any(d in dialect for d in _OLD_DRAFTS))
@@ -172,7 +172,7 @@ def _values_violating(root: Any, node: dict[str, Any], values: list[Any], keywor
 def dropped_siblings(root: Any, label: str, converter: Converter) -> list[KeywordUse]:
     """Assertions next to the keyword `converter` dispatches on, which it therefore ignores."""
     out: list[KeywordUse] = []
-    ref_siblings = _ref_siblings_apply(root)
+    ref_siblings = ref_siblings_apply(root)
     for path, node in iter_subschemas(root, label, UNREAD):
         chosen = next((k for k in converter.dispatch if k in node), None)
         if chosen is None or (chosen == "$ref" and not ref_siblings):

@@ -15,7 +15,10 @@ warning and validate every output — applies to tool arguments exactly as to a 
    (`_declare_required`: exact, and writable where `strict` closes the object);
 5. `properties: {"x": false}` ("x must not appear"; neither backend compiles a `false` schema) is
    removed: exact where extra keys are forbidden, otherwise recorded as relaxed;
-6. every subschema's `$ref`, `anyOf`, `oneOf` and `allOf` move ahead of its other keywords, in that order
+6. under Draft 7 and earlier, the assertions beside a `$ref` are removed: those drafts ignore them, as the
+   validator does, but llguidance applies them (a generated schema's `{"$ref": ..., "additionalProperties":
+   {"type": "string"}}` made it refuse a valid `{"min": 5}`);
+7. every subschema's `$ref`, `anyOf`, `oneOf` and `allOf` move ahead of its other keywords, in that order
    (`_branches_first`): the key order of the output is then the same on every backend (see there).
 """
 
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parley.constrained.schema.check import check_schema
+from parley.constrained.schema.dispatch import ASSERTIONS, ref_siblings_apply
 from parley.constrained.schema.patterns import rewrite_patterns
 from parley.constrained.schema.refs import hoist_refs, point_anchors, unresolved_refs
 from parley.constrained.schema.walk import KeywordUse, iter_subschemas
@@ -97,6 +101,15 @@ UNRESOLVED = "parley cannot resolve it (a base URI below the root, an ambiguous 
 BRANCHES_FIRST = ("$ref", "anyOf", "oneOf", "allOf")
 
 
+def _drop_ignored_ref_siblings(schema: Any, label: str) -> None:
+    """Removes, in place (prepare's own copy), what Draft 7 and earlier ignore beside a `$ref` (step 6)."""
+    if ref_siblings_apply(schema):
+        return
+    for node in [node for _, node in iter_subschemas(schema, label) if "$ref" in node]:
+        for key in [key for key in node if key in ASSERTIONS and key != "$ref"]:
+            del node[key]
+
+
 def _branches_first(schema: Any, label: str) -> None:
     """Reorders the subschemas of `schema` in place (prepare's own copy): `$ref`, `anyOf`, `oneOf`, `allOf` first,
     in that order, the other keywords after them as written.
@@ -116,11 +129,12 @@ def _branches_first(schema: Any, label: str) -> None:
 
 
 def prepare(schema: Any, label: str, strict: bool, aliases: tuple[tuple[str, str], ...] = ()) -> JsonPart:
-    """Check `schema` and rewrite it for grammar backends (steps 2-6 of the module docstring)."""
+    """Check `schema` and rewrite it for grammar backends (steps 2-7 of the module docstring)."""
     check_schema(schema)
     rewritten = _declare_required(rewrite_patterns(hoist_refs(point_anchors(schema))), label)
     rewritten, relaxed = _drop_false_properties(rewritten, label, strict)  # a copy: reordered in place next
     relaxed += [KeywordUse("$ref", path, node, UNRESOLVED) for path, node in unresolved_refs(rewritten, label)]
+    _drop_ignored_ref_siblings(rewritten, label)
     _branches_first(rewritten, label)
     return JsonPart(label, rewritten, tuple(relaxed), aliases)
 

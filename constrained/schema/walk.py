@@ -70,11 +70,17 @@ def scan_keywords(schema: Any, root: str = "$") -> list[KeywordUse]:
 
 
 def strip_keywords(schema: Any, drop: set[tuple[str, str]], root: str = "$") -> Any:
-    """A copy of `schema` without the given (keyword, path) uses (paths start at `root`)."""
+    """A copy of `schema` without the given (keyword, path) uses (paths start at `root`).
+
+    A stripped `additionalProperties` becomes `true` rather than absent: a backend's strict mode reads an absent
+    one as `false`, and stripping must only ever loosen what the grammar admits (validation checks the rest)."""
     if not isinstance(schema, dict) or not drop:
         return schema
     out = copy.deepcopy(schema)
     for path, sub in iter_subschemas(out, root):
         for keyword in [k for k in sub if (k, path) in drop]:
-            del sub[keyword]
+            if keyword == "additionalProperties":
+                sub[keyword] = True
+            else:
+                del sub[keyword]
     return out

@@ -20,15 +20,21 @@ keyword `jsonschema` names as violated.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from parley.constrained.schema.dispatch import ASSERTIONS, UNREAD
 from parley.constrained.schema.prepare import BRANCHES_FIRST
 from parley.constrained.schema.refs import MISSING, resolve_ref
+from parley.constrained.schema.walk import iter_subschemas
+from tests.constrained.schema_values import walk_values
 
 
 @dataclass(frozen=True)
@@ -123,8 +129,35 @@ def _no_local_constants() -> None:
         providers._get_local_constants = providers.Constants  # type: ignore[attr-defined]  # an empty set
 
 
-def generate(schema: Any, count: int) -> list[Any]:
-    """Up to `count` distinct values hypothesis-jsonschema draws for `schema` (empty if it cannot)."""
+class _OutOfTime(BaseException):
+    """Raised by the timer inside a draw; a BaseException, so hypothesis lets it through rather than replay the
+    draw as a failing example."""
+
+
+@contextlib.contextmanager
+def _time_bound(seconds: float) -> Iterator[None]:
+    """Interrupt the body after `seconds` (a real-time timer; only the main thread can take its signal, so
+    elsewhere the body runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.2)  # again every 0.2 s: a gc callback swallows what it raises
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def generate(schema: Any, count: int, budget_s: float = 30.0) -> list[Any]:
+    """Up to `count` distinct values hypothesis-jsonschema draws for `schema` within `budget_s` seconds (those
+    drawn before the bound when it stalls; empty if it cannot draw). Eight dev schemas stall in its
+    canonicalisation of object schemas (Github_ultra o17072...): unbounded, a full run hung on them."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis_jsonschema import from_schema
 
@@ -143,7 +176,10 @@ def generate(schema: Any, count: int) -> list[Any]:
         drawn.append(value)
 
     try:
-        collect()  # on a copy: hypothesis-jsonschema rewrites the schema it is given in place (o66267)
+        with _time_bound(budget_s):
+            collect()  # on a copy: hypothesis-jsonschema rewrites the schema it is given in place (o66267)
+    except _OutOfTime:
+        pass
     except Exception:  # recursive $refs, unsatisfiable merges...: hypothesis-jsonschema cannot draw, no instances
         return []
     seen: set[str] = set()
@@ -289,6 +325,36 @@ def in_schema_order(root: Any, node: Any, value: Any) -> Any:
     return out
 
 
+def _listed_integral_floats(schema: Any) -> set[float]:
+    """Integral floats (`1.0`) written anywhere inside the `enum`/`const` values of `schema`."""
+    found: set[float] = set()
+
+    def numbers(value: Any) -> None:
+        if isinstance(value, float) and value.is_integer():
+            found.add(value)
+        elif isinstance(value, (list, dict)):
+            for item in value.values() if isinstance(value, dict) else value:
+                numbers(item)
+
+    for _, node in iter_subschemas(schema, "$"):
+        numbers(node.get("const"))
+        numbers(node.get("enum"))
+    return found
+
+
+def integer_spelled(value: Any, listed: set[float]) -> Any:
+    """`value` with the floats in `listed` written as integers: a listed `1.0` is the integer 1 to JSON Schema,
+    and the grammars write what the schema lists in integer spelling (the rule in `parley.constrained.choice`;
+    seed 13 of the generated schemas: `{"enum": [1.0]}`, which xgrammar writes `1`)."""
+    if isinstance(value, float) and value in listed:
+        return int(value)
+    if isinstance(value, list):
+        return [integer_spelled(v, listed) for v in value]
+    if isinstance(value, dict):
+        return {k: integer_spelled(v, listed) for k, v in value.items()}
+    return value
+
+
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -324,12 +390,25 @@ def _violated(check: Any, value: Any) -> str | None:
     return str(best.validator)
 
 
-def instances(schema: Any, count: int, invalid_per_valid: int = 2) -> list[Instance]:
-    """Valid instances (re-checked, in schema order) and invalid mutations of them, deterministic."""
+def _valid_by(check: Any) -> Callable[[Any], bool]:
+    def valid(value: Any) -> bool:
+        try:
+            return bool(check.is_valid(value))
+        except (ValueError, RecursionError):
+            return False
+
+    return valid
+
+
+def instances(schema: Any, count: int, invalid_per_valid: int = 2, budget_s: float = 30.0) -> list[Instance]:
+    """Valid instances (re-checked, in schema order) and invalid mutations of them, deterministic: up to `count`
+    from hypothesis-jsonschema and up to `count` more from `schema_values` (each source bounded in time)."""
     check = validator(schema)
     out: list[Instance] = []
     seen: set[str] = set()
-    for value in generate(schema, count):
+    walked = walk_values(schema, count, _valid_by(check), budget_s=budget_s / 3)
+    listed = _listed_integral_floats(schema)
+    for value in [integer_spelled(v, listed) for v in generate(schema, count, budget_s) + walked]:
         try:
             if not check.is_valid(value):
                 continue

@@ -16,7 +16,7 @@ VALID = {
     "duration": ["P4DT12H30M5S", "P1Y2M3DT4H5M6S", "PT36H", "P1DT12H", "P2W", "P1M", "PT1M", "PT0S", "P0D", "P4Y"],
     "uri": ["http://foo.bar/?baz=qux#quux", "https://example.com/x", "urn:isbn:0451450523", "mailto:a@b.c",
             "http://[2001:db8::7]/c=GB?objectClass?one", "tel:+1-816-555-1212", "ldap://[v1.fe]/", "a:",
-            "http://example.com/%7Efoo", "file:///etc/hosts"],
+            "http://example.com/%7Efoo", "file:///etc/hosts", "a://[V1.x]/", "u://[::5bC:fD:2eaB:216.6.252.156]:04//"],
     "uri-reference": ["http://foo.bar/x", "/abc", "../a/b", "#fragment", "", "?q=1", "a/b:c"],
     "iri": ["http://ƒøø.ßår/?∂éœ=πîx#πîüx", "http://example.com/x", "urn:a:é"],
     "iri-reference": ["//ƒøø.ßår/?∂éœ=πîx#πîüx", "#ƒrägmênt", "/âππ"],
