@@ -262,10 +262,12 @@ def _builder(backend: GrammarBackend, spec: Spec, schemas: list[Any]) -> Callabl
 
 def _strip_set(name: str, missing: list[KeywordUse]) -> set[tuple[str, str]]:
     """The unenforced uses to remove before `name` sees the schema (it would mis-enforce them)."""
+    by_reason: set[str | None] = set()
     if name == "xgrammar":
-        from parley.constrained.backends.xgrammar import KEPT, STRIPPED
+        from parley.constrained.backends.xgrammar import KEPT, STRIPPED, STRIPPED_REASONS
 
         missing = [u for u in missing if u.reason not in KEPT]  # a widened pattern is still worth keeping
+        by_reason = set(STRIPPED_REASONS)
     elif name == "llguidance":
         from parley.constrained.backends.llguidance import KEPT, STRIPPED
 
@@ -276,7 +278,7 @@ def _strip_set(name: str, missing: list[KeywordUse]) -> set[tuple[str, str]]:
         # a pattern next to length bounds is dropped by outlines-core itself; strip only the escaping ones
         missing = [u for u in missing if u.keyword != "pattern" or pattern_mentions_escape(u.schema["pattern"])]
         missing = [u for u in missing if u.reason not in KEPT]
-    return {(use.keyword, use.path) for use in missing if use.keyword in STRIPPED}
+    return {(use.keyword, use.path) for use in missing if use.keyword in STRIPPED or use.reason in by_reason}
 
 
 def compile(  # noqa: A001 - the public name the design fixes

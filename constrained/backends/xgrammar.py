@@ -13,6 +13,7 @@ those and validates outputs afterwards.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ from parley.constrained.schema.patterns import (
 )
 from parley.constrained.schema.refs import rebase_refs
 from parley.constrained.schema.walk import KeywordUse, scan_keywords
-from parley.constrained.schema.widen import admits_fractions, widen_untyped
+from parley.constrained.schema.widen import admits_fractions, tuples_as_prefix_items, widen_untyped
 from parley.constrained.specs import HERMES_CLOSE, HERMES_OPEN, ToolCalls
 
 if TYPE_CHECKING:
@@ -84,8 +85,14 @@ PATTERN_KEYS = "beside a stripped patternProperties it would hold keys under a p
 # where extra keys are admitted, its extra-key rule fails to exclude declared names holding a non-ASCII or escaped
 # character, so such a name can be written as an extra key with any value (a silently dropped constraint).
 EXTRA_KEY_NAMES = "its extra-key rule admits declared names with non-ASCII or escaped characters as extra keys"
+# Found by the generated-schema differential tests (seed 242): xgrammar refuses the whole schema ("range contains no
+# multipleOf value") for an integer whose bounds hold no multiple, where the value may be absent (an optional
+# property, an empty array): such a multipleOf is stripped and validated.
+NO_MULTIPLE = "its range holds no multiple, which xgrammar refuses for the whole schema"
 KEPT = {LOOKAHEAD, WIDENED, LOOSE_DATES, WIDER_FORMAT, EXTRA_KEY_NAMES}  # wider: kept in the grammar and validated
-# Stripped from the schema before xgrammar sees it (it would enforce them incorrectly or reject them).
+# Stripped from the schema before xgrammar sees it (it would enforce them incorrectly or reject them); and any use
+# for a reason in STRIPPED_REASONS.
+STRIPPED_REASONS = {NO_MULTIPLE}
 STRIPPED = {"minLength", "maxLength", "format", "patternProperties", "pattern", "additionalProperties"} | BOUNDS
 
 
@@ -99,6 +106,37 @@ def _xgr() -> Any:
 
 def _out_of_int64(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX
+
+
+def _integer_bound(node: dict[str, Any], low: bool) -> int | None:
+    """The least (`low`) or greatest integer inside `node`'s bound on that side, if it has one."""
+    inclusive, exclusive = ("minimum", "exclusiveMinimum") if low else ("maximum", "exclusiveMaximum")
+    value, strict = node.get(inclusive), node.get(exclusive)
+    numbers = [v for v in (value, strict) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not numbers or any(math.isinf(v) or math.isnan(v) for v in numbers):
+        return None
+    bounds = []
+    if value in numbers:
+        bounds.append(math.ceil(value) if low else math.floor(value))
+        if strict is True:  # Draft 4's boolean form
+            bounds[-1] += 1 if low and bounds[-1] == value else -1 if not low and bounds[-1] == value else 0
+    if strict in numbers:
+        bounds.append(math.floor(strict) + 1 if low else math.ceil(strict) - 1)
+    return max(bounds) if low else min(bounds)
+
+
+def _no_multiple_in_range(node: dict[str, Any]) -> bool:
+    """Whether an integer `node` has both bounds and an integral `multipleOf` none of whose multiples lies between."""
+    step = node.get("multipleOf")
+    types = node.get("type")
+    if "integer" not in ([types] if isinstance(types, str) else types if isinstance(types, list) else []):
+        return False
+    if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0 or not float(step).is_integer():
+        return False
+    low, high = _integer_bound(node, low=True), _integer_bound(node, low=False)
+    if low is None or high is None or low > high:
+        return False
+    return -(-low // int(step)) > high // int(step)
 
 
 def _not_plain_ascii(name: str) -> bool:
@@ -130,7 +168,9 @@ def _keyword_rules(uses: list[KeywordUse], lengths_in_grammar: bool, strict: boo
     out = []
     for use in uses:
         value = use.schema.get(use.keyword)
-        if use.keyword in UNENFORCED:
+        if use.keyword == "multipleOf" and _no_multiple_in_range(use.schema):
+            out.append(replace(use, reason=NO_MULTIPLE))
+        elif use.keyword in UNENFORCED:
             out.append(use)
         elif use.keyword in LENGTHS and (not lengths_in_grammar or "pattern" in use.schema or "format" in use.schema):
             out.append(use)
@@ -265,7 +305,7 @@ class XGrammarBackend:
             kwargs.update(any_whitespace=True, max_whitespace_cnt=options.max_whitespace)
         if not options.strict:  # JSON Schema semantics: an untyped `{"items": ...}` also admits non-arrays
             schema = widen_untyped(schema)
-        schema = formats_as_patterns(schema, OWN_PATTERN_FORMATS)
+        schema = tuples_as_prefix_items(formats_as_patterns(schema, OWN_PATTERN_FORMATS))
         try:
             return xgr.Grammar.from_json_schema(json.dumps(schema), **kwargs)
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError with converter messages

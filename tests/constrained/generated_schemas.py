@@ -173,6 +173,7 @@ class SchemaDraw:
 
     def ref(self, depth: int) -> dict[str, Any]:
         name = f"d{len(self.defs)}"
+        self.defs[name] = {}  # reserved: a definition drawn inside this one takes the next name
         self.defs[name] = self.object(depth + 1) if self.rng.random() < 0.6 else self.node(depth + 1)
         node: dict[str, Any] = {"$ref": f"#/{self.defs_key}/{name}"}
         if self.rng.random() < 0.4:  # "$ref + additionalProperties"

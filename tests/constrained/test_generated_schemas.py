@@ -15,6 +15,8 @@ What the first 150 seeds found, and the rule each became (pinned below):
 | an integral float listed in `enum`/`const` (`1.0`) | xgrammar | `1.0` (it writes `1`) | integer spelling (the tests) |
 | `format: uri` with an IPvFuture `V` or IPv6-with-IPv4 host | llguidance | `a://[V1.x]/` | parley's regex |
 | `patternProperties` beside an `additionalProperties` schema | xgrammar | `{"🏻_id":""}` | both stripped, validated |
+| a tuple `items: [...]`; `prefixItems` past `maxItems` | xgrammar | refused the schema | rewritten (exact) |
+| an integer range with no multiple of `multipleOf` | xgrammar | refused the schema | stripped, validated |
 | a bounded string where llguidance refuses | auto (xgrammar) | `"w\u0012"` (`maxLength`) | lengths validated |
 """
 
@@ -158,3 +160,27 @@ def test_auto_leaves_string_lengths_to_validation_when_it_falls_back_to_xgrammar
     direct = compiled(smol_tokenizer, schema, "xgrammar")  # asked for by name: lengths stay bounded, and it says so
     assert any("at a price" in w and "'maxLength'" in w for w in direct.warnings)
     assert not feed(direct, smol_tokenizer, '{"t":"w\\u0012"}')
+
+
+@pytest.mark.parametrize("backend", EXACT)
+def test_tuple_arrays_in_every_spelling_compile_and_hold(smol_tokenizer: Any, backend: str) -> None:
+    tuple_7 = {"$schema": DRAFT_7, "items": [{"type": "integer"}], "additionalItems": {"type": "string"}}
+    tuple_7["type"] = "array"
+    capped = {"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "string"}, "maxItems": 0}
+    for schema, good, bad in ((tuple_7, ['[1,"a","b"]', "[]"], ['["a"]']), (capped, ["[]"], ["[1]"])):
+        matcher = compiled(smol_tokenizer, schema, backend)
+        for text in good + bad:
+            matcher.reset()
+            assert feed(matcher, smol_tokenizer, text) == (text in good), (schema, text)
+
+
+def test_an_integer_range_without_a_multiple_is_validated_not_refused_on_xgrammar(smol_tokenizer: Any) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 2, "multipleOf": 5},
+                                               "m": {"type": "integer", "multipleOf": 5}}}  # fmt: skip
+    matcher = compiled(smol_tokenizer, schema, "xgrammar")  # refused the whole schema before
+    assert any("holds no multiple" in w for w in matcher.warnings)
+    assert feed(matcher, smol_tokenizer, "{}")
+    with pytest.raises(ValidationFailed):
+        matcher.validate('{"n":1}')
+    matcher.reset()
+    assert not feed(matcher, smol_tokenizer, '{"m":7}')  # a multipleOf with multiples in range stays enforced
