@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from parley.constrained.backends.base import JsonOptions
+from parley.constrained.backends.xgrammar_forms import root_recursion_as_definition, tuples_as_prefix_items
 from parley.constrained.errors import (
     BackendUnavailableError,
     GrammarSyntaxError,
@@ -36,7 +37,7 @@ from parley.constrained.schema.patterns import (
 )
 from parley.constrained.schema.refs import rebase_refs
 from parley.constrained.schema.walk import KeywordUse, scan_keywords
-from parley.constrained.schema.widen import admits_fractions, tuples_as_prefix_items, widen_untyped
+from parley.constrained.schema.widen import admits_fractions, widen_untyped
 from parley.constrained.specs import HERMES_CLOSE, HERMES_OPEN, ToolCalls
 
 if TYPE_CHECKING:
@@ -306,6 +307,7 @@ class XGrammarBackend:
         if not options.strict:  # JSON Schema semantics: an untyped `{"items": ...}` also admits non-arrays
             schema = widen_untyped(schema)
         schema = tuples_as_prefix_items(formats_as_patterns(schema, OWN_PATTERN_FORMATS))
+        schema = root_recursion_as_definition(schema)
         try:
             return xgr.Grammar.from_json_schema(json.dumps(schema), **kwargs)
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError with converter messages

@@ -11,7 +11,6 @@ import copy
 from typing import Any
 
 from parley.constrained.schema.refs import decode_pointer
-from parley.constrained.schema.walk import iter_subschemas
 
 # Keywords that constrain only one JSON type (JSON Schema applies them to that type and lets every
 # other type through; xgrammar instead infers the type from them).
@@ -141,26 +140,3 @@ def admits_fractions(node: Any) -> bool:
     declared = node.get("type") if isinstance(node, dict) else None
     return declared == "number" or isinstance(declared, list) and "number" in declared
 
-
-def tuples_as_prefix_items(schema: Any) -> Any:
-    """A copy of `schema` with tuple arrays as 2020-12 writes them, for xgrammar, which refuses the older forms.
-
-    A tuple `items: [...]` becomes `prefixItems` and its `additionalItems` becomes `items` (xgrammar: "items must
-    be a boolean or an object"); `prefixItems` past `maxItems` are cut (xgrammar refuses the whole schema: "maxItems
-    is less than the number of prefixItems", where the array may still be short). Both exact; both found by the
-    generated schemas (seeds 199, 264). Only for xgrammar: llguidance reads a Draft 7 document's `prefixItems` as
-    an unknown keyword."""
-    if not isinstance(schema, dict):
-        return schema
-    out = copy.deepcopy(schema)
-    for node in [node for _, node in iter_subschemas(out, "$")]:
-        if isinstance(node.get("items"), list) and "prefixItems" not in node:
-            node["prefixItems"] = node.pop("items")
-            if "additionalItems" in node:
-                node["items"] = node.pop("additionalItems")
-        prefix, most = node.get("prefixItems"), node.get("maxItems")
-        if isinstance(prefix, list) and isinstance(most, int) and not isinstance(most, bool) and len(prefix) > most:
-            node["prefixItems"] = prefix[: max(most, 0)]
-            if not node["prefixItems"]:
-                del node["prefixItems"]
-    return out

@@ -154,7 +154,7 @@ def escapes_alone_refused(matcher: Any, tokenizer: Any, text: str) -> bool:
     """Whether `text` is accepted once its escaped characters are out: taken out, or each replaced by a plain
     one (a key of `^[^-]+$` made only of escaped characters is empty once they are taken out: Github_hard
     o84134)."""
-    for plain in ("", "a", "0"):
+    for plain in ("", "a", "0", " "):  # " " where `\\s` took the newline (Github_medium o78739)
         matcher.reset()
         if feed(matcher, tokenizer, without_escaped(text, plain)):
             return True

@@ -6,7 +6,8 @@ beside `format`, `$ref` beside `additionalProperties`, `oneOf`/`anyOf`, `depende
 dev split's (`test_differential`): every valid instance accepted to the end, every invalid one rejected or
 caught by validation. CI runs `SEEDS` schemas; `PARLEY_GENERATED=N` runs N.
 
-What the first 150 seeds found, and the rule each became (pinned below):
+What the first 600 seeds found (and the walker's instances on the dev split: the recursive root), and the rule each
+became (pinned below):
 
 | construct | backend | disagreement | rule |
 |---|---|---|---|
@@ -17,6 +18,7 @@ What the first 150 seeds found, and the rule each became (pinned below):
 | `patternProperties` beside an `additionalProperties` schema | xgrammar | `{"🏻_id":""}` | both stripped, validated |
 | a tuple `items: [...]`; `prefixItems` past `maxItems` | xgrammar | refused the schema | rewritten (exact) |
 | an integer range with no multiple of `multipleOf` | xgrammar | refused the schema | stripped, validated |
+| a root that refers to itself (`"$ref": "#"`) | xgrammar | `{"values":[{"values":[]},{}]}` | moved under `$defs` |
 | a bounded string where llguidance refuses | auto (xgrammar) | `"w\u0012"` (`maxLength`) | lengths validated |
 """
 
@@ -184,3 +186,16 @@ def test_an_integer_range_without_a_multiple_is_validated_not_refused_on_xgramma
         matcher.validate('{"n":1}')
     matcher.reset()
     assert not feed(matcher, smol_tokenizer, '{"m":7}')  # a multipleOf with multiples in range stays enforced
+
+
+@pytest.mark.parametrize("backend", EXACT)
+def test_a_root_that_refers_to_itself_takes_siblings_after_nested_items(smol_tokenizer: Any, backend: str) -> None:
+    values = {"type": "array", "items": {"$ref": "#"}}
+    tree = {"type": "object", "properties": {"id": {"type": "integer"}, "values": values}}
+    tree["additionalProperties"] = False
+    matcher = compiled(smol_tokenizer, tree, backend)  # Github_medium o79558, cut down
+    for text in ('{"values":[{"values":[]},{}]}', '{"values":[{"values":[{"id":1}]},{"id":2}]}'):
+        matcher.reset()
+        assert feed(matcher, smol_tokenizer, text), text
+    matcher.reset()
+    assert not feed(matcher, smol_tokenizer, '{"values":[{"x":1}]}')
