@@ -138,6 +138,15 @@ def _escape_blind_patterns(parts: list[JsonPart], strict: bool) -> list[KeywordU
     return out
 
 
+def _misread_extra_keys(parts: list[JsonPart], strict: bool) -> list[KeywordUse]:
+    from parley.constrained.backends.xgrammar import misreads_extra_keys
+
+    reason = "xgrammar refuses some non-ASCII extra keys beside a declared name with a non-ASCII or escaped character"
+    nodes = [(path, node) for part in parts for path, node in iter_subschemas(part.schema, part.label)]
+    return [KeywordUse("additionalProperties", path, node, reason) for path, node in nodes
+            if misreads_extra_keys(node, strict)]  # fmt: skip
+
+
 def costly(backend: str, parts: list[JsonPart], options: JsonOptions) -> list[KeywordUse]:
     """Uses that `backend` enforces at a documented price in reachable values (a reason to rank it lower).
 
@@ -145,14 +154,15 @@ def costly(backend: str, parts: list[JsonPart], options: JsonOptions) -> list[Ke
     escape sequences in length-bounded strings (`"\\u0010"` under maxLength 5 is rejected), and under a
     pattern that admits `\\`, `"` or a control character (`.`, `[^:]`, `[A-z]`, an unanchored end) it never
     produces one (`"\\u0017sa.com"` for `\\.[a-z]{2,3}$`, Github_easy o68324), nor in an object key matched
-    by a `patternProperties` regex it keeps (`{"x-\\"": 1}` for `^x-`, Github_hard o74015). llguidance counts lengths
-    right and matches patterns on the decoded string. (A pattern that names `\\` or `"` is left to
+    by a `patternProperties` regex it keeps (`{"x-\\"": 1}` for `^x-`, Github_hard o74015); where extra keys are
+    admitted beside a declared name with a non-ASCII character, it refuses some non-ASCII extra keys. llguidance
+    counts lengths right and matches patterns on the decoded string. (A pattern that names `\\` or `"` is left to
     validation on xgrammar instead: `pattern_mentions_escape`.)
     """
     if backend != "xgrammar":
         return []
     lengths = _bounded_strings(parts) if options.lengths_in_grammar else []
-    return lengths + _escape_blind_patterns(parts, options.strict)
+    return lengths + _escape_blind_patterns(parts, options.strict) + _misread_extra_keys(parts, options.strict)
 
 
 def options_for(backend: str, options: JsonOptions, requested: str) -> JsonOptions:

@@ -12,6 +12,7 @@ became (pinned below):
 | construct | backend | disagreement | rule |
 |---|---|---|---|
 | a non-ASCII or escaped declared name, extra keys admitted | xgrammar | none: `{"ünï":"x"}` passed | validated |
+| the same | xgrammar | `{"Ã_id":...}` beside `ünï` (seed 363) | a price, warned |
 | assertions beside `$ref` under Draft 7 | llguidance | `{"min":5}` refused (it applied them) | removed in preparation |
 | an integral float listed in `enum`/`const` (`1.0`) | xgrammar | `1.0` (it writes `1`) | integer spelling (the tests) |
 | `format: uri` with an IPvFuture `V` or IPv6-with-IPv4 host | llguidance | `a://[V1.x]/` | parley's regex |
@@ -88,9 +89,12 @@ def test_xgrammar_validates_declared_names_its_extra_key_rule_lets_through(smol_
     assert xgrammar.needs_validation and any("extra-key rule" in w for w in xgrammar.warnings)
     with pytest.raises(ValidationFailed):
         xgrammar.validate(wrong)
+    assert any("at a price" in w and "non-ASCII extra keys" in w for w in xgrammar.warnings)  # it refuses some
     auto = compiled(smol_tokenizer, schema, "auto")
     assert auto.backend == "llguidance" and not auto.needs_validation
     assert not feed(auto, smol_tokenizer, wrong)
+    auto.reset()
+    assert feed(auto, smol_tokenizer, '{"Ã_id":1}')
 
 
 def test_plain_ascii_names_stay_enforced_on_xgrammar(smol_tokenizer: Any) -> None:
