@@ -109,20 +109,27 @@ def _out_of_int64(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX
 
 
+def _finite(value: Any) -> float | None:
+    """`value` as a float if it is a finite JSON number, else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
 def _integer_bound(node: dict[str, Any], low: bool) -> int | None:
     """The least (`low`) or greatest integer inside `node`'s bound on that side, if it has one."""
     inclusive, exclusive = ("minimum", "exclusiveMinimum") if low else ("maximum", "exclusiveMaximum")
-    value, strict = node.get(inclusive), node.get(exclusive)
-    numbers = [v for v in (value, strict) if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if not numbers or any(math.isinf(v) or math.isnan(v) for v in numbers):
-        return None
-    bounds = []
-    if value in numbers:
+    value, strict = _finite(node.get(inclusive)), node.get(exclusive)
+    bounds: list[int] = []
+    if value is not None:
         bounds.append(math.ceil(value) if low else math.floor(value))
-        if strict is True:  # Draft 4's boolean form
-            bounds[-1] += 1 if low and bounds[-1] == value else -1 if not low and bounds[-1] == value else 0
-    if strict in numbers:
-        bounds.append(math.floor(strict) + 1 if low else math.ceil(strict) - 1)
+        if strict is True and bounds[-1] == value:  # Draft 4's boolean form: the bound itself is out
+            bounds[-1] += 1 if low else -1
+    fence = _finite(strict)
+    if fence is not None:
+        bounds.append(math.floor(fence) + 1 if low else math.ceil(fence) - 1)
+    if not bounds:
+        return None
     return max(bounds) if low else min(bounds)
 
 
