@@ -204,6 +204,20 @@ def _vacuous(branch: Any) -> bool:
     return branch is True or isinstance(branch, dict) and not (ASSERTIONS - _UNCOMPILED) & branch.keys()
 
 
+_ROOT_VALIDATORS: dict[int, tuple[Any, Any]] = {}
+
+
+def _root_validator(root: Any) -> Any:
+    """The validator of `root`, from which a branch's is evolved: its pointers resolve against the whole document
+    (Github_ultra o65975 points into `#/paypal/definitions`, not a definitions keyword)."""
+    kept = _ROOT_VALIDATORS.get(id(root))
+    if kept is None or kept[0] is not root:
+        if len(_ROOT_VALIDATORS) > 64:
+            _ROOT_VALIDATORS.clear()
+        kept = _ROOT_VALIDATORS[id(root)] = (root, validator(root))
+    return kept[1]
+
+
 def _branches(root: Any, node: Any, key: str, value: Any, names: bool = True) -> list[Any]:
     """The branches of `node[key]` that shape `value`: every `allOf` branch; of `anyOf`/`oneOf`, the first the
     value matches (the backends write the chosen branch's own property order, Github_trivial o83689), else all.
@@ -218,10 +232,10 @@ def _branches(root: Any, node: Any, key: str, value: Any, names: bool = True) ->
         return []
     if key == "allOf" or value is MISSING:
         return branches
-    context = {k: root[k] for k in ("$schema", "definitions", "$defs") if isinstance(root, dict) and k in root}
+    check = _root_validator(root)
     for branch in branches:
         try:
-            if isinstance(branch, dict) and validator({**context, **branch}).is_valid(value):
+            if isinstance(branch, dict) and check.evolve(schema=branch).is_valid(value):
                 return [branch]
         except Exception:  # noqa: BLE001 - an unresolvable branch: fall back to every branch
             break
@@ -291,20 +305,21 @@ def _subschemas_for(root: Any, node: Any, name: str, value: Any = MISSING, depth
     return out
 
 
-def _items_of(root: Any, node: Any, depth: int = 0) -> Any:
-    """The `items` schema of an array matching `node`, through `$ref` and the first combinator branch with one."""
+def _items_of(root: Any, node: Any, value: Any = MISSING, depth: int = 0) -> Any:
+    """The `items` schema of array `value` matching `node`, through `$ref` and the combinator branches: of
+    `anyOf`/`oneOf`, the one `value` matches (Github_hard o66267: strings or objects, `_branches`)."""
     if not isinstance(node, dict) or depth > 8:
         return {}
     if isinstance(node.get("items"), dict):
         return node["items"]
     if "$ref" in node:
         target = resolve_ref(root, node["$ref"])
-        found = {} if target is MISSING else _items_of(root, target, depth + 1)
+        found = {} if target is MISSING else _items_of(root, target, value, depth + 1)
         if found:
             return found
     for key in ("allOf", "anyOf", "oneOf"):
-        for branch in node.get(key, []) if isinstance(node.get(key), list) else []:
-            found = _items_of(root, branch, depth + 1)
+        for branch in _branches(root, node, key, value, names=False):
+            found = _items_of(root, branch, value, depth + 1)
             if found:
                 return found
     return {}
@@ -313,7 +328,7 @@ def _items_of(root: Any, node: Any, depth: int = 0) -> Any:
 def in_schema_order(root: Any, node: Any, value: Any) -> Any:
     """`value` with object keys in the order the schema lists them (unknown keys last)."""
     if isinstance(value, list):
-        items = _items_of(root, node)
+        items = _items_of(root, node, value)
         return [in_schema_order(root, items, v) for v in value]
     if not isinstance(value, dict):
         return value
