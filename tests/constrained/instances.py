@@ -1,22 +1,21 @@
-"""Instances for differential tests of the backends: valid ones from hypothesis-jsonschema, invalid ones by mutation.
+"""Instances for differential tests of the backends: valid ones from hypothesis-jsonschema and the schema walker
+(`schema_values`), invalid ones by mutation.
 
 Why both kinds: a matcher must accept every valid instance (a false rejection is a valid answer the
 model can never give) and reject every invalid one whose violated keyword it claims to enforce (a
 false acceptance the compile did not warn about is a silently dropped constraint).
 
-Generation is deterministic (`derandomize=True`, no example database): the same schema gives the same
-instances on every run and machine. Valid instances are re-checked with `jsonschema` (formats
-included) and kept only if valid; objects are serialised with their keys in the order the backends write
-them: the schema's property order (as MaskBench does), where the names of a subschema's `$ref`, `anyOf`,
-`oneOf`, `allOf` come before its own `properties` (parley's prepared order, `_property_order`; not those of
-an `anyOf`/`oneOf` with a branch the grammars read as any value, `_branches`), `required`
-names missing from `properties` after those (in `required` order: declared by parley right after the node's
-own properties where it can, else at the end), recursively through `properties`, matching
-`patternProperties` and `additionalProperties`, so backends are compared fairly.
-Invalid instances are single mutations of a valid one (a key dropped or added, a value replaced by one
-of another type or pushed past a bound), kept only if `jsonschema` rejects them; each carries the
-keyword `jsonschema` names as violated.
-"""
+Generation is deterministic (`derandomize=True`, no example database; a seeded walker): the same schema gives
+the same instances on every run and machine, unless a source's time bound cuts it short on a slow one. Valid
+instances are re-checked with `jsonschema` (formats included) and kept only if valid; objects are serialised
+with their keys in the order the backends write them: the schema's property order (as MaskBench does), where the
+names of a subschema's `$ref`, `anyOf`, `oneOf`, `allOf` come before its own `properties` (parley's prepared
+order, `_property_order`; not those of an `anyOf`/`oneOf` with a branch the grammars read as any value,
+`_branches`), `required` names missing from `properties` after those (in `required` order: declared by parley
+right after the node's own properties where it can, else at the end), recursively through `properties`, matching
+`patternProperties` and `additionalProperties`, so backends are compared fairly. Invalid instances are single
+mutations of a valid one (a key dropped or added, a value replaced by one of another type or pushed past a
+bound), kept only if `jsonschema` rejects them; each carries the keyword `jsonschema` names as violated. """
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Differential tests: every backend against generated instances; each disagreement found became a rule.
 
-Instances come from hypothesis-jsonschema (valid) and single mutations (invalid), deterministic (see
-`tests.constrained.instances`), for the schemas of `feature_schemas` (the constructs issue 26 names)
-and a stride over the MaskBench dev split (read from `shared/`, never copied). A matcher must:
+Instances come from hypothesis-jsonschema and the schema walker (valid; each source bounded in time) and single
+mutations (invalid), deterministic (see `tests.constrained.instances`), for the schemas of `feature_schemas` (the
+constructs issue 26 names) and a stride over the MaskBench dev split (read from `shared/`, never copied); generated
+schemas have their own test (`test_generated_schemas`). A matcher must:
 
 - accept every valid instance token by token (each token in the mask) and end complete;
 - reject every invalid instance, unless it says it does not enforce everything
