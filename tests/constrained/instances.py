@@ -15,7 +15,8 @@ order, `_property_order`; not those of an `anyOf`/`oneOf` with a branch the gram
 right after the node's own properties where it can, else at the end), recursively through `properties`, matching
 `patternProperties` and `additionalProperties`, so backends are compared fairly. Invalid instances are single
 mutations of a valid one (a key dropped or added, a value replaced by one of another type or pushed past a
-bound), kept only if `jsonschema` rejects them; each carries the keyword `jsonschema` names as violated. """
+bound), kept only if `jsonschema` rejects them; each carries the keyword `jsonschema` names as violated.
+"""
 
 from __future__ import annotations
 
