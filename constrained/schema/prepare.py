@@ -15,9 +15,11 @@ warning and validate every output — applies to tool arguments exactly as to a 
    (`_declare_required`: exact, and writable where `strict` closes the object);
 5. `properties: {"x": false}` ("x must not appear"; neither backend compiles a `false` schema) is
    removed: exact where extra keys are forbidden, otherwise recorded as relaxed;
-6. under Draft 7 and earlier, the assertions beside a `$ref` are removed: those drafts ignore them, as the
-   validator does, but llguidance applies them (a generated schema's `{"$ref": ..., "additionalProperties":
-   {"type": "string"}}` made it refuse a valid `{"min": 5}`);
+6. what the document's draft does not read is removed, as the validator ignores it too, where backends
+   enforce it whatever the draft: under Draft 7 and earlier the assertions beside a `$ref` (llguidance
+   applied a generated schema's `{"$ref": ..., "additionalProperties": {"type": "string"}}` and refused a valid
+   `{"min": 5}`), and keywords of other drafts (`propertyNames` under Draft 4, where xgrammar refused the key
+   `"Y"` of JsonSchemaStore staticwebapp.config.json; `dependencies` under 2020-12...);
 7. every subschema's `$ref`, `anyOf`, `oneOf` and `allOf` move ahead of its other keywords, in that order
    (`_branches_first`): the key order of the output is then the same on every backend (see there).
 """
@@ -101,12 +103,31 @@ UNRESOLVED = "parley cannot resolve it (a base URI below the root, an ambiguous 
 BRANCHES_FIRST = ("$ref", "anyOf", "oneOf", "allOf")
 
 
-def _drop_ignored_ref_siblings(schema: Any, label: str) -> None:
-    """Removes, in place (prepare's own copy), what Draft 7 and earlier ignore beside a `$ref` (step 6)."""
-    if ref_siblings_apply(schema):
-        return
-    for node in [node for _, node in iter_subschemas(schema, label) if "$ref" in node]:
-        for key in [key for key in node if key in ASSERTIONS and key != "$ref"]:
+# Keywords some drafts read and others do not (`then`/`else` go with `if`, `minContains`/`maxContains` with 2019-09).
+_VERSIONED = frozenset({
+    "const", "contains", "propertyNames", "if", "then", "else", "dependencies", "dependentRequired",
+    "dependentSchemas", "prefixItems", "additionalItems", "unevaluatedProperties", "unevaluatedItems", "minContains",
+    "maxContains",
+})  # fmt: skip
+
+
+def _unread_keywords(schema: Any) -> frozenset[str]:
+    """The versioned keywords the validator of `schema`'s draft does not read (it defaults to 2020-12)."""
+    import jsonschema
+
+    known = set(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).VALIDATORS)
+    known |= {"then", "else"} if "if" in known else set()
+    known |= {"minContains", "maxContains"} if "dependentRequired" in known else set()
+    return _VERSIONED - known
+
+
+def _drop_what_the_draft_ignores(schema: Any, label: str) -> None:
+    """Removes, in place (prepare's own copy), what `schema`'s draft does not read (step 6)."""
+    unread = _unread_keywords(schema) if isinstance(schema, dict) else frozenset()
+    siblings = ref_siblings_apply(schema)
+    for node in [node for _, node in iter_subschemas(schema, label)]:
+        ignored = unread | (ASSERTIONS - {"$ref"} if "$ref" in node and not siblings else frozenset())
+        for key in [key for key in node if key in ignored]:
             del node[key]
 
 
@@ -134,7 +155,7 @@ def prepare(schema: Any, label: str, strict: bool, aliases: tuple[tuple[str, str
     rewritten = _declare_required(rewrite_patterns(hoist_refs(point_anchors(schema))), label)
     rewritten, relaxed = _drop_false_properties(rewritten, label, strict)  # a copy: reordered in place next
     relaxed += [KeywordUse("$ref", path, node, UNRESOLVED) for path, node in unresolved_refs(rewritten, label)]
-    _drop_ignored_ref_siblings(rewritten, label)
+    _drop_what_the_draft_ignores(rewritten, label)
     _branches_first(rewritten, label)
     return JsonPart(label, rewritten, tuple(relaxed), aliases)
 

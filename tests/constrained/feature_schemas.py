@@ -51,7 +51,8 @@ FEATURE_SCHEMAS: dict[str, Any] = {
         "anyOf": [{"required": ["a"]}, {"required": ["b"]}],
     },
     "any_of_scalars": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "integer"}, {"type": "null"}]},
-    "dependencies": {
+    "dependencies": {  # a Draft 7 keyword (2020-12, the default dialect, has dependentRequired instead)
+        "$schema": "http://json-schema.org/draft-07/schema#",
         "type": "object", "properties": {"card": {"type": "string"}, "billing": {"type": "string"}},
         "dependencies": {"card": ["billing"]},
     },

@@ -20,6 +20,7 @@ became (pinned below):
 | a tuple `items: [...]`; `prefixItems` past `maxItems` | xgrammar | refused the schema | rewritten (exact) |
 | an integer range with no multiple of `multipleOf` | xgrammar | refused the schema | stripped, validated |
 | a root that refers to itself (`"$ref": "#"`) | xgrammar | `{"values":[{"values":[]},{}]}` | moved under `$defs` |
+| `propertyNames` under Draft 4 (no keyword there) | xgrammar | key `"Y"` (JsonSchemaStore staticwebapp) | removed |
 | a bounded string where llguidance refuses | auto (xgrammar) | `"w\u0012"` (`maxLength`) | lengths validated |
 """
 
@@ -203,3 +204,23 @@ def test_a_root_that_refers_to_itself_takes_siblings_after_nested_items(smol_tok
         assert feed(matcher, smol_tokenizer, text), text
     matcher.reset()
     assert not feed(matcher, smol_tokenizer, '{"values":[{"x":1}]}')
+
+
+DRAFT_4 = "http://json-schema.org/draft-04/schema#"
+
+
+@pytest.mark.parametrize("backend", EXACT)
+@pytest.mark.parametrize(
+    ("schema", "text"),
+    [
+        ({"$schema": DRAFT_4, "type": "object", "propertyNames": {"pattern": "^[0-9]+$"}}, '{"Y":1}'),
+        ({"$schema": DRAFT_4, "properties": {"a": {"const": 1}}}, '{"a":2}'),
+        ({"$schema": DRAFT_7, "type": "object", "dependentRequired": {"a": ["b"]}}, '{"a":1}'),
+        ({"type": "object", "dependencies": {"a": ["b"]}}, '{"a":1}'),  # 2020-12 by default
+    ],
+)
+def test_keywords_the_documents_draft_does_not_read_constrain_nothing(
+    smol_tokenizer: Any, backend: str, schema: Any, text: str
+) -> None:
+    assert validator(schema).is_valid(json.loads(text))  # JsonSchemaStore staticwebapp.config.json: Draft 4
+    assert feed(compiled(smol_tokenizer, schema, backend), smol_tokenizer, text)
