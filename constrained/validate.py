@@ -101,6 +101,14 @@ def _format_checker() -> Any:
     return checker
 
 
+def draft_validator_class(schema: Any) -> Any:
+    """The `jsonschema` validator class of `schema`'s `$schema` dialect (2020-12 when it names none): what both
+    validation and preparation (`schema.prepare`, which drops what that draft does not read) go by."""
+    import jsonschema
+
+    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+
+
 def schema_validator(schema: Any) -> Any:
     """A `jsonschema` validator for `schema` as parley reads JSON Schema: the dialect named by `$schema`
     (Draft 2020-12 by default), with three readings fixed whatever the dialect:
@@ -117,7 +125,7 @@ def schema_validator(schema: Any) -> Any:
     """
     import jsonschema
 
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls = draft_validator_class(schema)
     readings = {"multipleOf": _multiple_of, "pattern": _pattern, "patternProperties": _pattern_properties,
                 "additionalProperties": _additional_properties}
     parley_cls = jsonschema.validators.extend(cls, readings)

@@ -136,8 +136,7 @@ def _integer_bound(node: dict[str, Any], low: bool) -> int | None:
 def _no_multiple_in_range(node: dict[str, Any]) -> bool:
     """Whether an integer `node` has both bounds and an integral `multipleOf` none of whose multiples lies between."""
     step = node.get("multipleOf")
-    types = node.get("type")
-    if "integer" not in ([types] if isinstance(types, str) else types if isinstance(types, list) else []):
+    if "integer" not in dispatch.declared_types(node):
         return False
     if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0 or not float(step).is_integer():
         return False

@@ -106,7 +106,7 @@ def _subset(types: frozenset[str], allowed: frozenset[str]) -> bool:
     return all(t in allowed or (t == "integer" and "number" in allowed) for t in types)
 
 
-def _declared(node: dict[str, Any]) -> frozenset[str]:
+def declared_types(node: dict[str, Any]) -> frozenset[str]:
     value = node.get("type")
     names = [value] if isinstance(value, str) else value if isinstance(value, list) else []
     return frozenset(n for n in names if isinstance(n, str))
@@ -143,7 +143,7 @@ def generated_types(root: Any, node: Any, converter: Converter, depth: int = 0) 
     if chosen is not None and chosen in converter.infers:
         return frozenset({converter.infers[chosen]})
     if "type" in node:
-        return _declared(node)
+        return declared_types(node)
     inferred = {converter.infers[k] for k in node if k in converter.infers}
     return frozenset(inferred) if len(inferred) == 1 else ALL_TYPES
 
@@ -152,7 +152,7 @@ def _values_violating(root: Any, node: dict[str, Any], values: list[Any], keywor
     """Which of `keywords` (siblings of const/enum in `node`) some of `values` violate."""
     rest = {k: node[k] for k in keywords}
     if keywords == ["type"]:
-        allowed = _declared(node)
+        allowed = declared_types(node)
         return set() if _subset(frozenset(_json_type(v) for v in values), allowed) else {"type"}
     import jsonschema
 
@@ -185,7 +185,7 @@ def dropped_siblings(root: Any, label: str, converter: Converter) -> list[Keywor
         if chosen in ("const", "enum"):
             values = [node["const"]] if chosen == "const" else node["enum"] if isinstance(node["enum"], list) else []
             implied = set(rest) - _values_violating(root, node, values, rest)
-        elif "type" in rest and _subset(generated_types(root, {chosen: node[chosen]}, converter), _declared(node)):
+        elif "type" in rest and _subset(generated_types(root, {chosen: node[chosen]}, converter), declared_types(node)):
             implied = {"type"}
         reason = f"next to {chosen!r}, which {converter.name} reads alone"
         out += [KeywordUse(k, path, node, reason) for k in rest if k not in implied]
@@ -203,7 +203,7 @@ def _value_set(root: Any, node: Any, depth: int = 0) -> list[Any] | None:
     if "$ref" in node and len(node) == 1:
         target = resolve_ref(root, node["$ref"])
         return None if target is MISSING else _value_set(root, target, depth + 1)
-    declared = _declared(node)
+    declared = declared_types(node)
     if declared and declared <= {"null", "boolean"}:
         return ([None] if "null" in declared else []) + ([True, False] if "boolean" in declared else [])
     return None
@@ -228,7 +228,7 @@ def json_types(root: Any, node: Any, depth: int = 0, strict: bool = False) -> fr
         return frozenset()
     if not isinstance(node, dict) or depth > _MAX_DEPTH:
         return ALL_TYPES
-    result = _declared(node) if "type" in node else ALL_TYPES
+    result = declared_types(node) if "type" in node else ALL_TYPES
     inferred = {kind for key, kind in STRICT_INFERS.items() if key in node}
     if strict and not _TYPE_SOURCES & node.keys() and len(inferred) == 1:
         result = frozenset(inferred)

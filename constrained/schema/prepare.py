@@ -113,9 +113,9 @@ _VERSIONED = frozenset({
 
 def _unread_keywords(schema: Any) -> frozenset[str]:
     """The versioned keywords the validator of `schema`'s draft does not read (it defaults to 2020-12)."""
-    import jsonschema
+    from parley.constrained.validate import draft_validator_class
 
-    known = set(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).VALIDATORS)
+    known = set(draft_validator_class(schema).VALIDATORS)
     known |= {"then", "else"} if "if" in known else set()
     known |= {"minContains", "maxContains"} if "dependentRequired" in known else set()
     return _VERSIONED - known

@@ -139,4 +139,3 @@ def admits_fractions(node: Any) -> bool:
     """Whether a subschema declares the `number` type (so bounds next to it apply to non-integers)."""
     declared = node.get("type") if isinstance(node, dict) else None
     return declared == "number" or isinstance(declared, list) and "number" in declared
-
